@@ -1,0 +1,285 @@
+// rl_kernel numerical contract, in code. docs/numerics.md is the prose version;
+// the two must say the same thing. Every function here is compiled three ways
+// (host C++ for the CPU golden reference, nvcc for CUDA, clang/hipcc for HIP)
+// and must give identical bits on all of them. Rules that make that true:
+//   * only IEEE-754 binary32 +, -, * (round to nearest even), compares, selects
+//     and integer bit manipulation; no division, no sqrt, no libm/ocml/CUDA math;
+//   * no contraction: build with -ffp-contract=off / --fmad=false and never
+//     call fmaf here, so every mul and add is rounded on its own;
+//   * the order of every reduction is fixed below and depends on the row length
+//     only (never on warp/wavefront width, block count or batch size).
+#pragma once
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define RL_HD __host__ __device__ __forceinline__
+#define RL_GPU_COMPILE 1
+#else
+#define RL_HD inline
+#endif
+
+#if defined(__HIP_DEVICE_COMPILE__) || defined(__CUDA_ARCH__)
+#define RL_DEVICE_PASS 1
+#endif
+
+namespace rl {
+
+// ---- fixed shape of every row reduction -----------------------------------
+// A row of V elements is cut into chunks of RL_CHUNK consecutive elements.
+// Lane t (0 <= t < RL_LANES) owns chunks t, t + RL_LANES, t + 2*RL_LANES, ...
+// and folds them in increasing order; the RL_LANES lane partials are then
+// combined by a binary tree: for stride = 128, 64, ..., 1, partial[t] =
+// combine(partial[t], partial[t + stride]) for t < stride.
+constexpr int RL_LANES = 256;
+constexpr int RL_CHUNK = 8;
+
+// ---- constants (hex floats: exact) -----------------------------------------
+constexpr float RL_LOG2E = 0x1.715476p+0f;      // 1/ln2 rounded to binary32
+constexpr float RL_ROUND_MAGIC = 0x1.8p+23f;    // 1.5*2^23: x + M - M = rint(x)
+constexpr float RL_EXP2_YMIN = -127.0f;         // 2^-127 scale encodes as 0.0f
+constexpr uint32_t RL_EXP_SCALE_BIAS = 127u << 23;
+constexpr float RL_LN2_HI = 0x1.62e300p-1f;     // 17 significant bits: k*HI exact for |k|<128
+constexpr float RL_LN2_LO = 0x1.2fefa4p-17f;
+constexpr float RL_SQRT2 = 0x1.6a09e6p+0f;
+constexpr float RL_MIN_NORMAL = 0x1p-126f;
+constexpr float RL_FLT_MAX = 0x1.fffffep+127f;
+constexpr uint32_t RL_CANONICAL_NAN_BITS = 0x7fc00000u;
+
+// 2^f on [-0.5, 0.5]: 1 + f*(E1 + f*(E2 + f*(E3 + f*(E4 + f*E5)))), max 3.2 ulp.
+constexpr float RL_E1 = 0x1.62e42ap-1f;
+constexpr float RL_E2 = 0x1.ebf9bcp-3f;
+constexpr float RL_E3 = 0x1.c6b752p-5f;
+constexpr float RL_E4 = 0x1.3cea88p-7f;
+constexpr float RL_E5 = 0x1.5bba14p-10f;
+// log1p(f) = f + f^2*Q(f) on [sqrt(1/2)-1, sqrt(2)-1], Q of degree 8, max 1.4 ulp.
+constexpr float RL_L0 = -0x1.fffff8p-2f;
+constexpr float RL_L1 = 0x1.555550p-2f;
+constexpr float RL_L2 = -0x1.000426p-2f;
+constexpr float RL_L3 = 0x1.99a3f6p-3f;
+constexpr float RL_L4 = -0x1.542766p-3f;
+constexpr float RL_L5 = 0x1.22715ep-3f;
+constexpr float RL_L6 = -0x1.0f3756p-3f;
+constexpr float RL_L7 = 0x1.0849bep-3f;
+constexpr float RL_L8 = -0x1.38339ap-4f;
+
+// ---- bits ------------------------------------------------------------------
+RL_HD uint32_t bits_of(float x) {
+#if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#elif defined(RL_DEVICE_PASS)
+  return __builtin_bit_cast(uint32_t, x);
+#else
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+RL_HD float float_of(uint32_t u) {
+#if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#elif defined(RL_DEVICE_PASS)
+  return __builtin_bit_cast(float, u);
+#else
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+RL_HD float canonical_nan() { return float_of(RL_CANONICAL_NAN_BITS); }
+
+RL_HD float neg_inf() { return float_of(0xff800000u); }
+
+// |x| by clearing the sign bit: exact, no libm.
+RL_HD float abs_of(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
+
+// Results below 2^-126 in magnitude (subnormals, -0.0) become +0.0, so the
+// hardware's denormal mode (FTZ/DAZ or IEEE gradual underflow) cannot show.
+RL_HD float flush(float x) { return abs_of(x) < RL_MIN_NORMAL ? 0.0f : x; }
+
+// IEEE maxNum: a NaN operand loses. Which zero wins max(-0, +0) may differ by
+// platform; no output depends on it (docs/numerics.md, "signed zero").
+RL_HD float max_num(float a, float b) {
+#if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__)
+  return fmaxf(a, b);
+#elif defined(RL_DEVICE_PASS)
+  return __builtin_fmaxf(a, b);
+#else
+  return (a != a || b > a) ? b : a;
+#endif
+}
+
+// ---- input conversion (exact) ----------------------------------------------
+RL_HD float from_bf16_bits(uint16_t h) { return float_of(uint32_t(h) << 16); }
+
+// binary16 -> binary32 with integer operations only (exact; a binary16
+// subnormal m*2^-24 is a normal binary32, built from an exact int conversion).
+RL_HD float from_f16_bits(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t expo = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (expo == 0x1fu) return float_of(sign | 0x7f800000u | (mant << 13));
+  if (expo != 0u) return float_of(sign | ((expo + 112u) << 23) | (mant << 13));
+  const float mag = float(int(mant)) * 0x1p-24f;
+  return float_of(sign | bits_of(mag));
+}
+
+// ---- exp -------------------------------------------------------------------
+// exp(d) for d <= 0, -inf or NaN, the form used inside row folds.
+//   y = d*log2(e) (rounded), clamped below at -127; k = rint(y) via the magic
+//   constant; f = y - k (exact, |f| <= 1/2); p = poly(f) ~ 2^f; result = p*2^k
+//   where 2^k is built from bits (k = -127 gives scale 0.0f, so exp(-inf) = 0).
+// The result may be subnormal for k = -126; inside a fold it is added to a
+// value >= 1 and vanishes identically in every denormal mode. Anything that is
+// stored or multiplied uses exp_flushed() instead. exp(NaN) is some NaN.
+RL_HD float exp_fold(float d) {
+  float y = d * RL_LOG2E;
+  y = (y < RL_EXP2_YMIN) ? RL_EXP2_YMIN : y;
+  const float t = y + RL_ROUND_MAGIC;
+  const float k = t - RL_ROUND_MAGIC;
+  const float f = y - k;
+  float p = RL_E5;
+  p = RL_E4 + f * p;
+  p = RL_E3 + f * p;
+  p = RL_E2 + f * p;
+  p = RL_E1 + f * p;
+  p = 1.0f + f * p;
+  // bits(t) = bits(M) + k; bits(M) << 23 wraps to 0, so this is (k + 127) << 23.
+  const uint32_t scale = (bits_of(t) << 23) + RL_EXP_SCALE_BIAS;
+  return p * float_of(scale);
+}
+
+RL_HD float exp_flushed(float d) { return flush(exp_fold(d)); }
+
+// ---- log -------------------------------------------------------------------
+// log(s) for finite s >= 2^-126. s = 2^e * m with m in [sqrt(1/2), sqrt(2));
+// f = m - 1 is exact; log(s) = e*LN2_HI + (e*LN2_LO + (f + f^2*Q(f))).
+RL_HD float log_pos(float s) {
+  const uint32_t b = bits_of(s);
+  int e = int((b >> 23) & 0xffu) - 127;
+  float m = float_of((b & 0x007fffffu) | 0x3f800000u);
+  if (m > RL_SQRT2) {
+    m = m * 0.5f;
+    e = e + 1;
+  }
+  const float f = m - 1.0f;
+  float q = RL_L8;
+  q = RL_L7 + f * q;
+  q = RL_L6 + f * q;
+  q = RL_L5 + f * q;
+  q = RL_L4 + f * q;
+  q = RL_L3 + f * q;
+  q = RL_L2 + f * q;
+  q = RL_L1 + f * q;
+  q = RL_L0 + f * q;
+  const float l = f + (f * f) * q;
+  const float ef = float(e);
+  return ef * RL_LN2_HI + (ef * RL_LN2_LO + l);
+}
+
+// ---- the row fold: (running max, sum of exp(x - max)) ----------------------
+struct Acc {
+  float m;  // running maximum; starts at -FLT_MAX so that -inf elements give exp(-inf) = 0
+  float s;  // sum of exp(x - m) over the elements seen
+};
+
+RL_HD Acc acc_init() { return Acc{-RL_FLT_MAX, 0.0f}; }
+
+// Pairwise sum of one chunk: ((v0+v1)+(v2+v3)) + ((v4+v5)+(v6+v7)).
+RL_HD float chunk_sum(const float v[RL_CHUNK]) {
+  return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
+}
+
+// Fold one chunk into a lane's accumulator. Elements past the row end are -inf.
+RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
+  float cm = x[0];
+#pragma unroll
+  for (int j = 1; j < RL_CHUNK; ++j) cm = max_num(cm, x[j]);
+  if (cm > a.m) {
+    a.s = a.s * exp_fold(a.m - cm);
+    a.m = cm;
+  }
+  float e[RL_CHUNK];
+#pragma unroll
+  for (int j = 0; j < RL_CHUNK; ++j) e[j] = exp_fold(x[j] - a.m);
+  a.s = a.s + chunk_sum(e);
+}
+
+// Tree step: merge two lane partials (a from the lower lane index).
+RL_HD Acc combine(Acc a, Acc b) {
+  const float m = max_num(a.m, b.m);
+  const float sa = (a.m == m) ? a.s : a.s * exp_fold(a.m - m);
+  const float sb = (b.m == m) ? b.s : b.s * exp_fold(b.m - m);
+  return Acc{m, sa + sb};
+}
+
+// A row is well defined iff s >= 1: s = 0 means every element was -inf; a NaN
+// s means the row held a NaN or a +inf. Bad rows output the canonical NaN.
+RL_HD bool row_ok(Acc a) { return a.s >= 1.0f; }
+
+// Row statistics handed from the forward to the backward and to users.
+struct RowStats {
+  float m;      // row maximum, flushed (so +0.0 for any zero), or NaN for a bad row
+  float s;      // sum of exp(x - m), or NaN for a bad row
+  float log_s;  // log(s), or NaN for a bad row
+};
+
+RL_HD RowStats finish(Acc a) {
+  if (!row_ok(a)) return RowStats{canonical_nan(), canonical_nan(), canonical_nan()};
+  return RowStats{flush(a.m), a.s, log_pos(a.s)};
+}
+
+// log p(x_i) = (x_i - m) - log(s), flushed; NaN for a bad row.
+RL_HD float logprob(float x, RowStats st) {
+  return (st.s >= 1.0f) ? flush((x - st.m) - st.log_s) : canonical_nan();
+}
+
+// Entropy term -p*log p of one element, with p = exp(lp); 0 where p == 0.
+RL_HD float entropy_term(float lp) {
+  const float p = exp_flushed(lp);
+  return (p == 0.0f) ? 0.0f : flush(p * (0.0f - lp));
+}
+
+// ---- generic row loops shared by every build --------------------------------
+// Load(c, x) fills x[0..7] with elements 8c..8c+7 of the row (-inf past the end).
+// Term(c, v) fills v[0..7] with per-element terms of a sum (0 past the end).
+RL_HD int64_t num_chunks(int64_t V) { return (V + RL_CHUNK - 1) / RL_CHUNK; }
+
+template <class Load>
+RL_HD Acc lane_stats(const Load& load, int64_t nchunks, int t) {
+  Acc a = acc_init();
+  for (int64_t c = t; c < nchunks; c += RL_LANES) {
+    float x[RL_CHUNK];
+    load(c, x);
+    fold_chunk(a, x);
+  }
+  return a;
+}
+
+template <class Term>
+RL_HD float lane_sum(const Term& term, int64_t nchunks, int t) {
+  float s = 0.0f;
+  for (int64_t c = t; c < nchunks; c += RL_LANES) {
+    float v[RL_CHUNK];
+    term(c, v);
+    s = s + chunk_sum(v);
+  }
+  return s;
+}
+
+// One level of the lane tree, for lane t < stride.
+RL_HD void tree_step(Acc* p, int t, int stride) { p[t] = combine(p[t], p[t + stride]); }
+RL_HD void tree_step(float* p, int t, int stride) { p[t] = p[t] + p[t + stride]; }
+
+// Host form of the tree (the GPU runs the same steps with a barrier per level).
+template <class P>
+inline P host_tree(P* partials) {
+  for (int stride = RL_LANES / 2; stride > 0; stride >>= 1)
+    for (int t = 0; t < stride; ++t) tree_step(partials, t, stride);
+  return partials[0];
+}
+
+}  // namespace rl

@@ -1,0 +1,309 @@
+// Row operations of rl_kernel: each GPU kernel with its CPU reference beside it
+// (as llm.c does). Both call the same contract functions of numerics.h, so the
+// CPU build is the golden reference for the CUDA and HIP builds.
+// This file needs no ATen: it is also compiled alone by `make kernels-check`.
+#pragma once
+
+#include "numerics.h"
+
+namespace rl {
+
+// ---- element types: storage and exact conversion to binary32 ---------------
+struct F32 {
+  using storage = float;
+  RL_HD static float load(const storage* p, int64_t i) { return p[i]; }
+};
+struct BF16 {
+  using storage = uint16_t;
+  RL_HD static float from_bits(uint16_t h) { return from_bf16_bits(h); }
+  RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
+};
+struct F16 {
+  using storage = uint16_t;
+  RL_HD static float from_bits(uint16_t h) { return from_f16_bits(h); }
+  RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
+};
+
+// Element-by-element chunk loader; -inf past the row end.
+template <class D>
+struct ScalarChunks {
+  const typename D::storage* row;
+  int64_t V;
+  RL_HD void operator()(int64_t c, float x[RL_CHUNK]) const {
+#pragma unroll
+    for (int j = 0; j < RL_CHUNK; ++j) {
+      const int64_t i = c * RL_CHUNK + j;
+      x[j] = (i < V) ? D::load(row, i) : neg_inf();
+    }
+  }
+};
+
+// A row's token log-prob epilogue shared by CPU and GPU: 0 for ignore_index,
+// NaN for an id outside [0, V) (the Python API raises before it gets here).
+template <class D>
+RL_HD float token_logprob(const typename D::storage* row, int64_t V, int64_t tok,
+                          int64_t ignore_index, RowStats st) {
+  if (tok == ignore_index) return 0.0f;
+  if (tok < 0 || tok >= V) return canonical_nan();
+  return logprob(D::load(row, tok), st);
+}
+
+RL_HD float canonical(float x) { return (x != x) ? canonical_nan() : x; }
+
+// d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j).
+RL_HD float log_softmax_grad(float g, float out, float gsum) {
+  return canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)));
+}
+
+// d token_logprob: g * ([j == tok] - p_j).
+RL_HD float token_logprob_grad(float g, float lp, bool is_tok) {
+  return canonical(flush(g * ((is_tok ? 1.0f : 0.0f) - exp_flushed(lp))));
+}
+
+// d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0.
+RL_HD float entropy_grad(float g, float lp, float H) {
+  const float p = exp_flushed(lp);
+  const float w = (p == 0.0f) ? 0.0f : flush(p * (0.0f - (lp + H)));
+  return canonical(flush(g * w));
+}
+
+// ============================ CPU reference ==================================
+// One row at a time; lanes are simulated in order, then host_tree().
+
+template <class D>
+inline RowStats cpu_row_stats(const typename D::storage* row, int64_t V) {
+  const ScalarChunks<D> load{row, V};
+  const int64_t nc = num_chunks(V);
+  Acc part[RL_LANES];
+  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_stats(load, nc, t);
+  return finish(host_tree(part));
+}
+
+template <class Term>
+inline float cpu_row_sum(const Term& term, int64_t V) {
+  const int64_t nc = num_chunks(V);
+  float part[RL_LANES];
+  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_sum(term, nc, t);
+  return host_tree(part);
+}
+
+template <class D>
+inline void cpu_log_softmax_row(const typename D::storage* row, int64_t V, float* out) {
+  const RowStats st = cpu_row_stats<D>(row, V);
+  for (int64_t i = 0; i < V; ++i) out[i] = logprob(D::load(row, i), st);
+}
+
+template <class D>
+struct EntropyTerms {
+  const typename D::storage* row;
+  int64_t V;
+  RowStats st;
+  RL_HD void operator()(int64_t c, float v[RL_CHUNK]) const {
+#pragma unroll
+    for (int j = 0; j < RL_CHUNK; ++j) {
+      const int64_t i = c * RL_CHUNK + j;
+      v[j] = (i < V) ? entropy_term(logprob(D::load(row, i), st)) : 0.0f;
+    }
+  }
+};
+
+template <class D>
+inline float cpu_entropy_row(const typename D::storage* row, int64_t V, RowStats st) {
+  if (!(st.s >= 1.0f)) return canonical_nan();
+  return cpu_row_sum(EntropyTerms<D>{row, V, st}, V);
+}
+
+struct FlushedTerms {  // sum of a fp32 row (gradients), flushed per element
+  const float* row;
+  int64_t V;
+  RL_HD void operator()(int64_t c, float v[RL_CHUNK]) const {
+#pragma unroll
+    for (int j = 0; j < RL_CHUNK; ++j) {
+      const int64_t i = c * RL_CHUNK + j;
+      v[j] = (i < V) ? flush(row[i]) : 0.0f;
+    }
+  }
+};
+
+inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64_t V, float* gin) {
+  const float gsum = cpu_row_sum(FlushedTerms{g, V}, V);
+  for (int64_t i = 0; i < V; ++i) gin[i] = log_softmax_grad(g[i], out[i], gsum);
+}
+
+// ============================ GPU kernels ====================================
+#if defined(RL_GPU_COMPILE)
+
+constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
+
+// Chunk loader with 16-byte loads where the row is aligned and the chunk full;
+// the values (and so the arithmetic) are those of ScalarChunks.
+template <class D>
+struct VecChunks {
+  const typename D::storage* row;
+  int64_t V;
+  bool aligned;
+  __device__ __forceinline__ void operator()(int64_t c, float x[RL_CHUNK]) const {
+    if (aligned && (c + 1) * RL_CHUNK <= V) {
+      load_full(row + c * RL_CHUNK, x);
+    } else {
+      ScalarChunks<D>{row, V}(c, x);
+    }
+  }
+  __device__ __forceinline__ static void load_full(const uint16_t* p, float x[RL_CHUNK]) {
+    const uint4 w = *reinterpret_cast<const uint4*>(p);
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
+      x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
+      x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
+    }
+  }
+  __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+  }
+};
+
+template <class D>
+__device__ __forceinline__ VecChunks<D> row_loader(const typename D::storage* x, int64_t row_stride,
+                                                   int64_t r, int64_t V) {
+  const typename D::storage* row = x + r * row_stride;
+  return VecChunks<D>{row, V, (reinterpret_cast<uintptr_t>(row) & 15u) == 0};
+}
+
+// Lane folds, then the tree in shared memory, one level per barrier. Every
+// thread returns the row's statistics.
+template <class Load>
+__device__ RowStats block_stats(const Load& load, int64_t V) {
+  __shared__ float sm[RL_LANES];
+  __shared__ float ss[RL_LANES];
+  const int t = threadIdx.x;
+  const Acc a = lane_stats(load, num_chunks(V), t);
+  sm[t] = a.m;
+  ss[t] = a.s;
+  __syncthreads();
+  for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
+    if (t < stride) {
+      const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
+      sm[t] = r.m;
+      ss[t] = r.s;
+    }
+    __syncthreads();
+  }
+  const RowStats st = finish(Acc{sm[0], ss[0]});
+  __syncthreads();  // the arrays are reused by the next call
+  return st;
+}
+
+template <class Term>
+__device__ float block_sum(const Term& term, int64_t V) {
+  __shared__ float sp[RL_LANES];
+  const int t = threadIdx.x;
+  sp[t] = lane_sum(term, num_chunks(V), t);
+  __syncthreads();
+  for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
+    if (t < stride) tree_step(sp, t, stride);
+    __syncthreads();
+  }
+  const float total = sp[0];
+  __syncthreads();
+  return total;
+}
+
+__device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st) {
+  if (stats != nullptr && threadIdx.x == 0) {
+    stats[3 * r] = st.m;
+    stats[3 * r + 1] = st.s;
+    stats[3 * r + 2] = st.log_s;
+  }
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    row_stats_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
+  const int64_t r = blockIdx.x;
+  store_stats(stats, r, block_stats(row_loader<D>(x, row_stride, r, V), V));
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    log_softmax_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
+  const int64_t r = blockIdx.x;
+  const VecChunks<D> load = row_loader<D>(x, row_stride, r, V);
+  const RowStats st = block_stats(load, V);
+  float* orow = out + r * V;
+  const int64_t nc = num_chunks(V);
+  for (int64_t c = threadIdx.x; c < nc; c += RL_LANES) {
+    float v[RL_CHUNK];
+    load(c, v);
+#pragma unroll
+    for (int j = 0; j < RL_CHUNK; ++j) {
+      const int64_t i = c * RL_CHUNK + j;
+      if (i < V) orow[i] = logprob(v[j], st);
+    }
+  }
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    token_logprobs_kernel(const typename D::storage* x, int64_t row_stride, int64_t V,
+                          const int64_t* tokens, int64_t ignore_index, float* out, float* stats) {
+  const int64_t r = blockIdx.x;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
+  store_stats(stats, r, st);
+  if (threadIdx.x == 0) out[r] = token_logprob<D>(row, V, tokens[r], ignore_index, st);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    entropy_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out,
+                   float* stats) {
+  const int64_t r = blockIdx.x;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
+  store_stats(stats, r, st);
+  const float h = block_sum(EntropyTerms<D>{row, V, st}, V);
+  if (threadIdx.x == 0) out[r] = (st.s >= 1.0f) ? h : canonical_nan();
+}
+
+__global__ void __launch_bounds__(RL_BLOCK)
+    log_softmax_backward_kernel(const float* g, const float* out, int64_t V, float* gin) {
+  const int64_t r = blockIdx.x;
+  const float* grow = g + r * V;
+  const float* orow = out + r * V;
+  const float gsum = block_sum(FlushedTerms{grow, V}, V);
+  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+    gin[r * V + i] = log_softmax_grad(grow[i], orow[i], gsum);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    token_logprobs_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
+                                   int64_t V, const int64_t* tokens, const float* stats,
+                                   int64_t ignore_index, float* gin) {
+  const int64_t r = blockIdx.x;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const int64_t tok = tokens[r];
+  const bool ignored = (tok == ignore_index);
+  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+    gin[r * V + i] = ignored ? 0.0f : token_logprob_grad(g[r], logprob(D::load(row, i), st), i == tok);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    entropy_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
+                            int64_t V, const float* stats, const float* H, float* gin) {
+  const int64_t r = blockIdx.x;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+    gin[r * V + i] = entropy_grad(g[r], logprob(D::load(row, i), st), H[r]);
+}
+
+#endif  // RL_GPU_COMPILE
+
+}  // namespace rl
