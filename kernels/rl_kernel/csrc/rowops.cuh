@@ -135,6 +135,23 @@ inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64
 
 constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
 
+// Thread and block index. On AMD the compiler builtins are used directly, so the
+// device code calls no device-library function (the static check demands none).
+#if defined(__HIP_DEVICE_COMPILE__)
+#define RL_TID (int(__builtin_amdgcn_workitem_id_x()))
+#define RL_ROW (int64_t(__builtin_amdgcn_workgroup_id_x()))
+#define RL_SYNC()                                             \
+  do {                                                        \
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");    \
+    __builtin_amdgcn_s_barrier();                             \
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");    \
+  } while (0)
+#else
+#define RL_TID (int(threadIdx.x))
+#define RL_ROW (int64_t(blockIdx.x))
+#define RL_SYNC() __syncthreads()
+#endif
+
 // Chunk loader with 16-byte loads where the row is aligned and the chunk full;
 // the values (and so the arithmetic) are those of ScalarChunks.
 template <class D>
@@ -179,41 +196,41 @@ template <class Load>
 __device__ RowStats block_stats(const Load& load, int64_t V) {
   __shared__ float sm[RL_LANES];
   __shared__ float ss[RL_LANES];
-  const int t = threadIdx.x;
+  const int t = RL_TID;
   const Acc a = lane_stats(load, num_chunks(V), t);
   sm[t] = a.m;
   ss[t] = a.s;
-  __syncthreads();
+  RL_SYNC();
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
     if (t < stride) {
       const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
       sm[t] = r.m;
       ss[t] = r.s;
     }
-    __syncthreads();
+    RL_SYNC();
   }
   const RowStats st = finish(Acc{sm[0], ss[0]});
-  __syncthreads();  // the arrays are reused by the next call
+  RL_SYNC();  // the arrays are reused by the next call
   return st;
 }
 
 template <class Term>
 __device__ float block_sum(const Term& term, int64_t V) {
   __shared__ float sp[RL_LANES];
-  const int t = threadIdx.x;
+  const int t = RL_TID;
   sp[t] = lane_sum(term, num_chunks(V), t);
-  __syncthreads();
+  RL_SYNC();
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
     if (t < stride) tree_step(sp, t, stride);
-    __syncthreads();
+    RL_SYNC();
   }
   const float total = sp[0];
-  __syncthreads();
+  RL_SYNC();
   return total;
 }
 
 __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st) {
-  if (stats != nullptr && threadIdx.x == 0) {
+  if (stats != nullptr && RL_TID == 0) {
     stats[3 * r] = st.m;
     stats[3 * r + 1] = st.s;
     stats[3 * r + 2] = st.log_s;
@@ -223,19 +240,19 @@ __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     row_stats_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   store_stats(stats, r, block_stats(row_loader<D>(x, row_stride, r, V), V));
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     log_softmax_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const VecChunks<D> load = row_loader<D>(x, row_stride, r, V);
   const RowStats st = block_stats(load, V);
   float* orow = out + r * V;
   const int64_t nc = num_chunks(V);
-  for (int64_t c = threadIdx.x; c < nc; c += RL_LANES) {
+  for (int64_t c = RL_TID; c < nc; c += RL_LANES) {
     float v[RL_CHUNK];
     load(c, v);
 #pragma unroll
@@ -250,32 +267,32 @@ template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     token_logprobs_kernel(const typename D::storage* x, int64_t row_stride, int64_t V,
                           const int64_t* tokens, int64_t ignore_index, float* out, float* stats) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
   store_stats(stats, r, st);
-  if (threadIdx.x == 0) out[r] = token_logprob<D>(row, V, tokens[r], ignore_index, st);
+  if (RL_TID == 0) out[r] = token_logprob<D>(row, V, tokens[r], ignore_index, st);
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     entropy_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out,
                    float* stats) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
   store_stats(stats, r, st);
   const float h = block_sum(EntropyTerms<D>{row, V, st}, V);
-  if (threadIdx.x == 0) out[r] = (st.s >= 1.0f) ? h : canonical_nan();
+  if (RL_TID == 0) out[r] = (st.s >= 1.0f) ? h : canonical_nan();
 }
 
 __global__ void __launch_bounds__(RL_BLOCK)
     log_softmax_backward_kernel(const float* g, const float* out, int64_t V, float* gin) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const float* grow = g + r * V;
   const float* orow = out + r * V;
   const float gsum = block_sum(FlushedTerms{grow, V}, V);
-  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = log_softmax_grad(grow[i], orow[i], gsum);
 }
 
@@ -284,12 +301,12 @@ __global__ void __launch_bounds__(RL_BLOCK)
     token_logprobs_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
                                    int64_t V, const int64_t* tokens, const float* stats,
                                    int64_t ignore_index, float* gin) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const int64_t tok = tokens[r];
   const bool ignored = (tok == ignore_index);
-  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = ignored ? 0.0f : token_logprob_grad(g[r], logprob(D::load(row, i), st), i == tok);
 }
 
@@ -297,10 +314,10 @@ template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     entropy_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
                             int64_t V, const float* stats, const float* H, float* gin) {
-  const int64_t r = blockIdx.x;
+  const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
-  for (int64_t i = threadIdx.x; i < V; i += RL_BLOCK)
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = entropy_grad(g[r], logprob(D::load(row, i), st), H[r]);
 }
 

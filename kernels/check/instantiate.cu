@@ -1,0 +1,30 @@
+// Instantiates every exact kernel of rowops.cuh without ATen, so that
+// `make kernels-check` can compile the device code alone for each GPU target
+// (as CUDA with nvcc, or as HIP with clang -x hip) and scan its assembly.
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+
+#include "../rl_kernel/csrc/rowops.cuh"
+
+namespace rl {
+
+#define RL_INSTANTIATE(D)                                                                                \
+  template __global__ void row_stats_kernel<D>(const D::storage*, int64_t, int64_t, float*);            \
+  template __global__ void log_softmax_kernel<D>(const D::storage*, int64_t, int64_t, float*);          \
+  template __global__ void token_logprobs_kernel<D>(const D::storage*, int64_t, int64_t, const int64_t*, \
+                                                    int64_t, float*, float*);                            \
+  template __global__ void entropy_kernel<D>(const D::storage*, int64_t, int64_t, float*, float*);      \
+  template __global__ void token_logprobs_backward_kernel<D>(const float*, const D::storage*, int64_t,   \
+                                                             int64_t, const int64_t*, const float*,     \
+                                                             int64_t, float*);                          \
+  template __global__ void entropy_backward_kernel<D>(const float*, const D::storage*, int64_t, int64_t, \
+                                                      const float*, const float*, float*);
+
+RL_INSTANTIATE(F32)
+RL_INSTANTIATE(BF16)
+RL_INSTANTIATE(F16)
+
+}  // namespace rl
