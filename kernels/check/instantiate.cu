@@ -19,9 +19,10 @@ namespace rl {
   template __global__ void entropy_kernel<D>(const D::storage*, int64_t, int64_t, float*, float*);      \
   template __global__ void token_logprobs_backward_kernel<D>(const float*, const D::storage*, int64_t,   \
                                                              int64_t, const int64_t*, const float*,     \
-                                                             int64_t, float*);                          \
+                                                             int64_t, D::storage*);                     \
   template __global__ void entropy_backward_kernel<D>(const float*, const D::storage*, int64_t, int64_t, \
-                                                      const float*, const float*, float*);
+                                                      const float*, const float*, D::storage*);     \
+  template __global__ void log_softmax_backward_kernel<D>(const float*, const float*, int64_t, D::storage*);
 
 RL_INSTANTIATE(F32)
 RL_INSTANTIATE(BF16)

@@ -47,8 +47,10 @@ PTX_FMA = re.compile(r"\b(?:fma|mad)(?:\.\w+)*\.f32\b")
 # An add/sub/mul without a rounding modifier may be contracted by ptxas.
 PTX_CONTRACTIBLE = re.compile(r"\b(?:add|sub|mul)(?:\.ftz|\.sat)*\.f32\b")
 PTX_VENDOR_MATH = re.compile(r"\b(?:ex2|lg2|rcp|rsqrt|sqrt|sin|cos)\.approx|\bdiv\.(?:approx|full)|\bcall\b")
-SASS_FMA = re.compile(r"\bFFMA\b|\bHFMA2\b")
-SASS_VENDOR_MATH = re.compile(r"\bMUFU\b|\bCALL\b")
+# HFMA2.MMA Rd, -RZ, RZ, imm is the compiler's way to load a constant, not arithmetic.
+SASS_FMA = re.compile(r"\bFFMA\b|\bHFMA2(?:\.\w+)*\s+R\d+\s*,(?!\s*-?RZ\s*,\s*RZ\b)")
+SASS_VENDOR_MATH = re.compile(r"\bMUFU\b")
+SASS_CALL = re.compile(r"\bCALL\b")
 
 
 @dataclass
@@ -132,7 +134,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
         proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(SOURCE), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
-        sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH})
+        sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH, "call": SASS_CALL})
         results.append(TargetResult(f"{target}-sass", "nvcc+cuobjdump", bool(sbodies) and not sv, len(sbodies), sv,
                                     "" if sbodies else (proc.stderr.strip()[-500:] or "no SASS functions found")))
     return results

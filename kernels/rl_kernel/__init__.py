@@ -54,7 +54,7 @@ def _check_logits(logits: object, name: str = "logits") -> torch.Tensor:
     return logits
 
 
-def _check_tokens(logits: torch.Tensor, tokens: object, ignore_index: int) -> torch.Tensor:
+def _check_tokens(logits: torch.Tensor, tokens: object) -> torch.Tensor:
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"rl_kernel: tokens must be a torch.Tensor, got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -66,17 +66,21 @@ def _check_tokens(logits: torch.Tensor, tokens: object, ignore_index: int) -> to
             f"rl_kernel: tokens shape {tuple(tokens.shape)} must equal logits shape without the "
             f"vocabulary dimension {tuple(logits.shape[:-1])}"
         )
-    tokens = tokens.long()
-    if not _compiling() and tokens.device.type != "meta" and tokens.numel() > 0:
-        vocab = logits.shape[-1]
-        bad = (tokens != ignore_index) & ((tokens < 0) | (tokens >= vocab))
-        if bool(bad.any()):
-            first = tuple(int(i) for i in bad.nonzero()[0])
-            raise ValueError(
-                f"rl_kernel: token id {int(tokens[first])} at index {first} is outside the vocabulary "
-                f"[0, {vocab}) and is not ignore_index={ignore_index}"
-            )
-    return tokens
+    return tokens.long()
+
+
+def _check_token_range(tokens: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    """Raise on ids outside [0, vocab). Called after the kernel is queued, so the
+    host waits once for both (the kernel itself writes NaN for such ids)."""
+    if _compiling() or tokens.device.type == "meta" or tokens.numel() == 0:
+        return
+    bad = (tokens != ignore_index) & ((tokens < 0) | (tokens >= vocab))
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"rl_kernel: token id {int(tokens[first])} at index {first} is outside the vocabulary "
+            f"[0, {vocab}) and is not ignore_index={ignore_index}"
+        )
 
 
 class BitwiseLogSoftmax(torch.autograd.Function):
@@ -95,8 +99,7 @@ class BitwiseLogSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output: torch.Tensor):
         (out,) = ctx.saved_tensors
-        grad = log_softmax_backward(grad_output, out, ctx.dim)
-        return grad.to(ctx.in_dtype), None
+        return log_softmax_backward(grad_output, out, ctx.dim, ctx.in_dtype), None
 
 
 def log_softmax(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -104,14 +107,19 @@ def log_softmax(logits: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return BitwiseLogSoftmax.apply(logits, dim)
 
 
-def log_softmax_backward(grad_output: torch.Tensor, output: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Gradient of log_softmax: grad_output - exp(output) * sum(grad_output), fp32."""
+def log_softmax_backward(
+    grad_output: torch.Tensor, output: torch.Tensor, dim: int = -1, input_dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Gradient of log_softmax, grad_output - exp(output) * sum(grad_output), in input_dtype
+    (rounded to nearest even with a canonical NaN, identically on every device)."""
     if grad_output.shape != output.shape:
         raise ValueError(
             f"rl_kernel: grad_output shape {tuple(grad_output.shape)} must equal output shape {tuple(output.shape)}"
         )
+    if input_dtype not in _DTYPES:
+        raise TypeError(f"rl_kernel: input_dtype must be float32, bfloat16 or float16, got {input_dtype}")
     dim = dim % output.dim()
-    grad = ops.log_softmax_backward(grad_output.movedim(dim, -1), output.movedim(dim, -1))
+    grad = ops.log_softmax_backward(grad_output.movedim(dim, -1), output.movedim(dim, -1), input_dtype)
     return grad.movedim(-1, dim)
 
 
@@ -126,8 +134,7 @@ class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         logits, tokens, stats = ctx.saved_tensors
-        g = ops.token_logprobs_backward(grad.contiguous(), logits, tokens, stats, ctx.ignore_index)
-        return g.to(logits.dtype), None, None
+        return ops.token_logprobs_backward(grad.contiguous(), logits, tokens, stats, ctx.ignore_index), None, None
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
@@ -137,8 +144,10 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, ignore_index: int
     token is ignore_index give 0 (and zero gradient). Differentiable.
     """
     _check_logits(logits)
-    tokens = _check_tokens(logits, tokens, ignore_index)
-    return _TokenLogprobs.apply(logits, tokens, int(ignore_index))
+    tokens = _check_tokens(logits, tokens)
+    out = _TokenLogprobs.apply(logits, tokens, int(ignore_index))
+    _check_token_range(tokens, logits.shape[-1], ignore_index)
+    return out
 
 
 class _Entropy(torch.autograd.Function):
@@ -151,7 +160,7 @@ class _Entropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         logits, stats, out = ctx.saved_tensors
-        return ops.entropy_backward(grad.contiguous(), logits, stats, out).to(logits.dtype)
+        return ops.entropy_backward(grad.contiguous(), logits, stats, out)
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -41,8 +41,8 @@ def _log_softmax_fake(logits):
 
 
 @_register_fake("rl_kernel::log_softmax_backward")
-def _log_softmax_backward_fake(grad_output, output):
-    return _full(output)
+def _log_softmax_backward_fake(grad_output, output, input_dtype):
+    return output.new_empty(output.shape, dtype=input_dtype)
 
 
 @_register_fake("rl_kernel::token_logprobs")
@@ -52,7 +52,7 @@ def _token_logprobs_fake(logits, tokens, ignore_index):
 
 @_register_fake("rl_kernel::token_logprobs_backward")
 def _token_logprobs_backward_fake(grad, logits, tokens, stats, ignore_index):
-    return _full(logits)
+    return torch.empty_like(logits)
 
 
 @_register_fake("rl_kernel::entropy")
@@ -62,7 +62,7 @@ def _entropy_fake(logits):
 
 @_register_fake("rl_kernel::entropy_backward")
 def _entropy_backward_fake(grad, logits, stats, entropy):
-    return _full(logits)
+    return torch.empty_like(logits)
 
 
 def has_gpu_kernels() -> bool:

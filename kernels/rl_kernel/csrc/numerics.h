@@ -24,6 +24,14 @@
 #define RL_DEVICE_PASS 1
 #endif
 
+// Loop unrolling hints change instruction scheduling only, never the order of
+// the arithmetic (each iteration's operations are the same, in the same order).
+#if defined(__CUDACC__) || defined(__HIPCC__) || defined(__clang__)
+#define RL_UNROLL(n) _Pragma(#n)
+#else
+#define RL_UNROLL(n)
+#endif
+
 namespace rl {
 
 // ---- fixed shape of every row reduction -----------------------------------
@@ -127,6 +135,31 @@ RL_HD float from_f16_bits(uint16_t h) {
   return float_of(sign | bits_of(mag));
 }
 
+// ---- output conversion (round to nearest even, canonical NaN) --------------
+// Vendors disagree on the NaN a float->half conversion makes, so gradients are
+// converted here rather than by the framework.
+RL_HD uint16_t to_bf16_bits(float x) {
+  const uint32_t u = bits_of(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+RL_HD uint16_t to_f16_bits(float x) {
+  const uint32_t u = bits_of(x);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7e00u;
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
+  if (a >= 0x38800000u) {                                  // a normal binary16
+    const uint32_t r = a - 0x38000000u;                    // exponent bias 127 -> 15
+    return uint16_t(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
+  }
+  // Subnormal binary16: rint(|x| * 2^24); the scaling is exact and the result < 2^10.
+  const float v = float_of(a) * 0x1p24f;
+  const float q = (v + RL_ROUND_MAGIC) - RL_ROUND_MAGIC;
+  return uint16_t(sign | uint32_t(int(q)));
+}
+
 // ---- exp -------------------------------------------------------------------
 // exp(d) for d <= 0, -inf or NaN, the form used inside row folds.
 //   y = d*log2(e) (rounded), clamped below at -127; k = rint(y) via the magic
@@ -196,14 +229,14 @@ RL_HD float chunk_sum(const float v[RL_CHUNK]) {
 // Fold one chunk into a lane's accumulator. Elements past the row end are -inf.
 RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
   float cm = x[0];
-#pragma unroll
+  RL_UNROLL(unroll)
   for (int j = 1; j < RL_CHUNK; ++j) cm = max_num(cm, x[j]);
   if (cm > a.m) {
     a.s = a.s * exp_fold(a.m - cm);
     a.m = cm;
   }
   float e[RL_CHUNK];
-#pragma unroll
+  RL_UNROLL(unroll)
   for (int j = 0; j < RL_CHUNK; ++j) e[j] = exp_fold(x[j] - a.m);
   a.s = a.s + chunk_sum(e);
 }
@@ -244,27 +277,43 @@ RL_HD float entropy_term(float lp) {
 }
 
 // ---- generic row loops shared by every build --------------------------------
-// Load(c, x) fills x[0..7] with elements 8c..8c+7 of the row (-inf past the end).
-// Term(c, v) fills v[0..7] with per-element terms of a sum (0 past the end).
-RL_HD int64_t num_chunks(int64_t V) { return (V + RL_CHUNK - 1) / RL_CHUNK; }
+// Load(c, x, full) fills x[0..7] with elements 8c..8c+7 of the row; when full is
+// false the chunk is the row's last, partial one and is padded with -inf.
+// Term(c, v, full) likewise fills per-element terms of a sum, padded with 0.
+// Chunk c belongs to lane c % RL_LANES, so the partial chunk (if any) is the
+// last chunk of its lane: the loops below visit exactly the order stated above.
+RL_HD int full_chunks(int64_t V) { return int(V / RL_CHUNK); }
+RL_HD bool has_tail(int64_t V) { return V % RL_CHUNK != 0; }
 
 template <class Load>
-RL_HD Acc lane_stats(const Load& load, int64_t nchunks, int t) {
+RL_HD Acc lane_stats(const Load& load, int64_t V, int t) {
   Acc a = acc_init();
-  for (int64_t c = t; c < nchunks; c += RL_LANES) {
-    float x[RL_CHUNK];
-    load(c, x);
+  float x[RL_CHUNK];
+  const int nfull = full_chunks(V);
+  RL_UNROLL(unroll 4)
+  for (int c = t; c < nfull; c += RL_LANES) {
+    load(c, x, true);
+    fold_chunk(a, x);
+  }
+  if (has_tail(V) && nfull % RL_LANES == t) {
+    load(nfull, x, false);
     fold_chunk(a, x);
   }
   return a;
 }
 
 template <class Term>
-RL_HD float lane_sum(const Term& term, int64_t nchunks, int t) {
+RL_HD float lane_sum(const Term& term, int64_t V, int t) {
   float s = 0.0f;
-  for (int64_t c = t; c < nchunks; c += RL_LANES) {
-    float v[RL_CHUNK];
-    term(c, v);
+  float v[RL_CHUNK];
+  const int nfull = full_chunks(V);
+  RL_UNROLL(unroll 4)
+  for (int c = t; c < nfull; c += RL_LANES) {
+    term(c, v, true);
+    s = s + chunk_sum(v);
+  }
+  if (has_tail(V) && nfull % RL_LANES == t) {
+    term(nfull, v, false);
     s = s + chunk_sum(v);
   }
   return s;

@@ -12,16 +12,19 @@ namespace rl {
 struct F32 {
   using storage = float;
   RL_HD static float load(const storage* p, int64_t i) { return p[i]; }
+  RL_HD static storage store(float x) { return x; }
 };
 struct BF16 {
   using storage = uint16_t;
   RL_HD static float from_bits(uint16_t h) { return from_bf16_bits(h); }
   RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
+  RL_HD static storage store(float x) { return to_bf16_bits(x); }
 };
 struct F16 {
   using storage = uint16_t;
   RL_HD static float from_bits(uint16_t h) { return from_f16_bits(h); }
   RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
+  RL_HD static storage store(float x) { return to_f16_bits(x); }
 };
 
 // Element-by-element chunk loader; -inf past the row end.
@@ -29,12 +32,10 @@ template <class D>
 struct ScalarChunks {
   const typename D::storage* row;
   int64_t V;
-  RL_HD void operator()(int64_t c, float x[RL_CHUNK]) const {
-#pragma unroll
-    for (int j = 0; j < RL_CHUNK; ++j) {
-      const int64_t i = c * RL_CHUNK + j;
-      x[j] = (i < V) ? D::load(row, i) : neg_inf();
-    }
+  RL_HD void operator()(int c, float x[RL_CHUNK], bool full) const {
+    const int64_t base = int64_t(c) * RL_CHUNK;
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) x[j] = (full || base + j < V) ? D::load(row, base + j) : neg_inf();
   }
 };
 
@@ -73,17 +74,15 @@ RL_HD float entropy_grad(float g, float lp, float H) {
 template <class D>
 inline RowStats cpu_row_stats(const typename D::storage* row, int64_t V) {
   const ScalarChunks<D> load{row, V};
-  const int64_t nc = num_chunks(V);
   Acc part[RL_LANES];
-  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_stats(load, nc, t);
+  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_stats(load, V, t);
   return finish(host_tree(part));
 }
 
 template <class Term>
 inline float cpu_row_sum(const Term& term, int64_t V) {
-  const int64_t nc = num_chunks(V);
   float part[RL_LANES];
-  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_sum(term, nc, t);
+  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_sum(term, V, t);
   return host_tree(part);
 }
 
@@ -98,12 +97,11 @@ struct EntropyTerms {
   const typename D::storage* row;
   int64_t V;
   RowStats st;
-  RL_HD void operator()(int64_t c, float v[RL_CHUNK]) const {
-#pragma unroll
-    for (int j = 0; j < RL_CHUNK; ++j) {
-      const int64_t i = c * RL_CHUNK + j;
-      v[j] = (i < V) ? entropy_term(logprob(D::load(row, i), st)) : 0.0f;
-    }
+  RL_HD void operator()(int c, float v[RL_CHUNK], bool full) const {
+    const int64_t base = int64_t(c) * RL_CHUNK;
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j)
+      v[j] = (full || base + j < V) ? entropy_term(logprob(D::load(row, base + j), st)) : 0.0f;
   }
 };
 
@@ -116,18 +114,17 @@ inline float cpu_entropy_row(const typename D::storage* row, int64_t V, RowStats
 struct FlushedTerms {  // sum of a fp32 row (gradients), flushed per element
   const float* row;
   int64_t V;
-  RL_HD void operator()(int64_t c, float v[RL_CHUNK]) const {
-#pragma unroll
-    for (int j = 0; j < RL_CHUNK; ++j) {
-      const int64_t i = c * RL_CHUNK + j;
-      v[j] = (i < V) ? flush(row[i]) : 0.0f;
-    }
+  RL_HD void operator()(int c, float v[RL_CHUNK], bool full) const {
+    const int64_t base = int64_t(c) * RL_CHUNK;
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) v[j] = (full || base + j < V) ? flush(row[base + j]) : 0.0f;
   }
 };
 
-inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64_t V, float* gin) {
+template <class O>
+inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64_t V, typename O::storage* gin) {
   const float gsum = cpu_row_sum(FlushedTerms{g, V}, V);
-  for (int64_t i = 0; i < V; ++i) gin[i] = log_softmax_grad(g[i], out[i], gsum);
+  for (int64_t i = 0; i < V; ++i) gin[i] = O::store(log_softmax_grad(g[i], out[i], gsum));
 }
 
 // ============================ GPU kernels ====================================
@@ -152,24 +149,23 @@ constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
 #define RL_SYNC() __syncthreads()
 #endif
 
-// Chunk loader with 16-byte loads where the row is aligned and the chunk full;
-// the values (and so the arithmetic) are those of ScalarChunks.
+// Chunk loader with 16-byte loads, for rows aligned to 16 bytes; the values (and
+// so the arithmetic) are those of ScalarChunks.
 template <class D>
 struct VecChunks {
   const typename D::storage* row;
   int64_t V;
-  bool aligned;
-  __device__ __forceinline__ void operator()(int64_t c, float x[RL_CHUNK]) const {
-    if (aligned && (c + 1) * RL_CHUNK <= V) {
-      load_full(row + c * RL_CHUNK, x);
+  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
+    if (full) {
+      load_full(row + int64_t(c) * RL_CHUNK, x);
     } else {
-      ScalarChunks<D>{row, V}(c, x);
+      ScalarChunks<D>{row, V}(c, x, false);
     }
   }
   __device__ __forceinline__ static void load_full(const uint16_t* p, float x[RL_CHUNK]) {
     const uint4 w = *reinterpret_cast<const uint4*>(p);
     const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
+    RL_UNROLL(unroll)
     for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
       x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
       x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
@@ -184,20 +180,18 @@ struct VecChunks {
 };
 
 template <class D>
-__device__ __forceinline__ VecChunks<D> row_loader(const typename D::storage* x, int64_t row_stride,
-                                                   int64_t r, int64_t V) {
-  const typename D::storage* row = x + r * row_stride;
-  return VecChunks<D>{row, V, (reinterpret_cast<uintptr_t>(row) & 15u) == 0};
+__device__ __forceinline__ bool aligned16(const typename D::storage* row) {
+  return (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
 }
 
 // Lane folds, then the tree in shared memory, one level per barrier. Every
 // thread returns the row's statistics.
-template <class Load>
-__device__ RowStats block_stats(const Load& load, int64_t V) {
+template <class D>
+__device__ __forceinline__ RowStats block_stats(const typename D::storage* row, int64_t V) {
   __shared__ float sm[RL_LANES];
   __shared__ float ss[RL_LANES];
   const int t = RL_TID;
-  const Acc a = lane_stats(load, num_chunks(V), t);
+  const Acc a = aligned16<D>(row) ? lane_stats(VecChunks<D>{row, V}, V, t) : lane_stats(ScalarChunks<D>{row, V}, V, t);
   sm[t] = a.m;
   ss[t] = a.s;
   RL_SYNC();
@@ -215,10 +209,10 @@ __device__ RowStats block_stats(const Load& load, int64_t V) {
 }
 
 template <class Term>
-__device__ float block_sum(const Term& term, int64_t V) {
+__device__ __forceinline__ float block_sum(const Term& term, int64_t V) {
   __shared__ float sp[RL_LANES];
   const int t = RL_TID;
-  sp[t] = lane_sum(term, num_chunks(V), t);
+  sp[t] = lane_sum(term, V, t);
   RL_SYNC();
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
     if (t < stride) tree_step(sp, t, stride);
@@ -241,26 +235,17 @@ template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     row_stats_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
   const int64_t r = RL_ROW;
-  store_stats(stats, r, block_stats(row_loader<D>(x, row_stride, r, V), V));
+  store_stats(stats, r, block_stats<D>(x + r * row_stride, V));
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     log_softmax_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
   const int64_t r = RL_ROW;
-  const VecChunks<D> load = row_loader<D>(x, row_stride, r, V);
-  const RowStats st = block_stats(load, V);
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st = block_stats<D>(row, V);
   float* orow = out + r * V;
-  const int64_t nc = num_chunks(V);
-  for (int64_t c = RL_TID; c < nc; c += RL_LANES) {
-    float v[RL_CHUNK];
-    load(c, v);
-#pragma unroll
-    for (int j = 0; j < RL_CHUNK; ++j) {
-      const int64_t i = c * RL_CHUNK + j;
-      if (i < V) orow[i] = logprob(v[j], st);
-    }
-  }
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK) orow[i] = logprob(D::load(row, i), st);
 }
 
 template <class D>
@@ -269,7 +254,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
                           const int64_t* tokens, int64_t ignore_index, float* out, float* stats) {
   const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
+  const RowStats st = block_stats<D>(row, V);
   store_stats(stats, r, st);
   if (RL_TID == 0) out[r] = token_logprob<D>(row, V, tokens[r], ignore_index, st);
 }
@@ -280,45 +265,46 @@ __global__ void __launch_bounds__(RL_BLOCK)
                    float* stats) {
   const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st = block_stats(row_loader<D>(x, row_stride, r, V), V);
+  const RowStats st = block_stats<D>(row, V);
   store_stats(stats, r, st);
   const float h = block_sum(EntropyTerms<D>{row, V, st}, V);
   if (RL_TID == 0) out[r] = (st.s >= 1.0f) ? h : canonical_nan();
 }
 
+template <class O>
 __global__ void __launch_bounds__(RL_BLOCK)
-    log_softmax_backward_kernel(const float* g, const float* out, int64_t V, float* gin) {
+    log_softmax_backward_kernel(const float* g, const float* out, int64_t V, typename O::storage* gin) {
   const int64_t r = RL_ROW;
   const float* grow = g + r * V;
   const float* orow = out + r * V;
   const float gsum = block_sum(FlushedTerms{grow, V}, V);
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
-    gin[r * V + i] = log_softmax_grad(grow[i], orow[i], gsum);
+    gin[r * V + i] = O::store(log_softmax_grad(grow[i], orow[i], gsum));
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     token_logprobs_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
                                    int64_t V, const int64_t* tokens, const float* stats,
-                                   int64_t ignore_index, float* gin) {
+                                   int64_t ignore_index, typename D::storage* gin) {
   const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const int64_t tok = tokens[r];
   const bool ignored = (tok == ignore_index);
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
-    gin[r * V + i] = ignored ? 0.0f : token_logprob_grad(g[r], logprob(D::load(row, i), st), i == tok);
+    gin[r * V + i] = D::store(ignored ? 0.0f : token_logprob_grad(g[r], logprob(D::load(row, i), st), i == tok));
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK)
     entropy_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
-                            int64_t V, const float* stats, const float* H, float* gin) {
+                            int64_t V, const float* stats, const float* H, typename D::storage* gin) {
   const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
-    gin[r * V + i] = entropy_grad(g[r], logprob(D::load(row, i), st), H[r]);
+    gin[r * V + i] = D::store(entropy_grad(g[r], logprob(D::load(row, i), st), H[r]));
 }
 
 #endif  // RL_GPU_COMPILE
