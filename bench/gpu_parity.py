@@ -13,9 +13,8 @@ import json
 import sys
 import time
 
-import torch
-
 import rl_kernel
+import torch
 from rl_kernel import bitwise, inputs
 
 

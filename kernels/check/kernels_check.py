@@ -40,7 +40,9 @@ CUDA_TARGETS = [("sm_90", ["-arch=sm_90"]), ("sm_80", ["-arch=sm_80"])]
 
 # Fused multiply-add in any AMD encoding (contracted a*b+c), and hardware
 # transcendental/division helpers whose results differ between vendors.
-AMD_FMA = re.compile(r"\bv_(?:pk_)?(?:fma|fmac|mac|mad|fmaak|fmamk|madak|madmk)(?:_mix\w*|_legacy)?_f32\b|\bv_(?:fma|mad)_mix")
+AMD_FMA = re.compile(
+    r"\bv_(?:pk_)?(?:fma|fmac|mac|mad|fmaak|fmamk|madak|madmk)(?:_mix\w*|_legacy)?_f32\b|\bv_(?:fma|mad)_mix"
+)
 AMD_VENDOR_MATH = re.compile(r"\bv_(?:exp|log|rcp|rsq|sqrt|sin|cos)(?:_legacy)?_f32\b|\bv_div_\w+|__ocml_|__ockl_")
 AMD_CALL = re.compile(r"\bs_swappc_b64\b|\bs_call_b64\b")
 PTX_FMA = re.compile(r"\b(?:fma|mad)(?:\.\w+)*\.f32\b")
@@ -50,7 +52,15 @@ PTX_VENDOR_MATH = re.compile(r"\b(?:ex2|lg2|rcp|rsqrt|sqrt|sin|cos)\.approx|\bdi
 # HFMA2.MMA Rd, -RZ, RZ, imm is the compiler's way to load a constant, not arithmetic.
 SASS_FMA = re.compile(r"\bFFMA\b|\bHFMA2(?:\.\w+)*\s+R\d+\s*,(?!\s*-?RZ\s*,\s*RZ\b)")
 SASS_VENDOR_MATH = re.compile(r"\bMUFU\b")
-SASS_CALL = re.compile(r"\bCALL\b")
+# A call into a subroutine (a vendor math slow path, an outlined function) needs
+# a RET in the function's code. sm_80 code also uses CALL.REL.NOINC as a
+# structured branch with no RET anywhere; that is not flagged.
+SASS_CALL = re.compile(r"\bCALL\S*\s+\S+")
+SASS_RET = re.compile(r"\bRET\b")
+
+
+def sass_calls(body: str) -> list[str]:
+    return sorted(set(SASS_CALL.findall(body))) if SASS_RET.search(body) else []
 
 
 @dataclass
@@ -134,7 +144,8 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
         proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(SOURCE), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
-        sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH, "call": SASS_CALL})
+        sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH})
+        sv += [f"{name}: call: {c}" for name, body in sbodies.items() for c in sass_calls(body)[:3]]
         results.append(TargetResult(f"{target}-sass", "nvcc+cuobjdump", bool(sbodies) and not sv, len(sbodies), sv,
                                     "" if sbodies else (proc.stderr.strip()[-500:] or "no SASS functions found")))
     return results

@@ -16,8 +16,8 @@ import torch
 from rl_kernel._ops import has_gpu_kernels, ops
 
 __all__ = [
-    "BitwiseLogSoftmax",
     "TIER",
+    "BitwiseLogSoftmax",
     "entropy",
     "has_gpu_kernels",
     "log_softmax",
@@ -137,16 +137,22 @@ class _TokenLogprobs(torch.autograd.Function):
         return ops.token_logprobs_backward(grad.contiguous(), logits, tokens, stats, ctx.ignore_index), None, None
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, ignore_index: int = -100, *, validate: bool = True
+) -> torch.Tensor:
     """log p(tokens) under softmax(logits) in fp32, without materialising the log-softmax.
 
     Equal bit for bit to log_softmax(logits).gather(-1, tokens). Positions whose
     token is ignore_index give 0 (and zero gradient). Differentiable.
+    validate=True raises ValueError on a token id outside [0, V); on a GPU that
+    waits for the kernel. validate=False (for hot loops) skips the wait, and an
+    out-of-range id then gives NaN at its position.
     """
     _check_logits(logits)
     tokens = _check_tokens(logits, tokens)
     out = _TokenLogprobs.apply(logits, tokens, int(ignore_index))
-    _check_token_range(tokens, logits.shape[-1], ignore_index)
+    if validate:
+        _check_token_range(tokens, logits.shape[-1], ignore_index)
     return out
 
 

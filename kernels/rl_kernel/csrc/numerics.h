@@ -31,6 +31,13 @@
 #else
 #define RL_UNROLL(n)
 #endif
+#define RL_STR(x) #x
+#define RL_UNROLL_N(n) RL_UNROLL(unroll n)
+
+// How many chunks of a lane loop are unrolled (loads issued ahead); tuning only.
+#ifndef RL_LANE_UNROLL
+#define RL_LANE_UNROLL 4
+#endif
 
 namespace rl {
 
@@ -290,7 +297,7 @@ RL_HD Acc lane_stats(const Load& load, int64_t V, int t) {
   Acc a = acc_init();
   float x[RL_CHUNK];
   const int nfull = full_chunks(V);
-  RL_UNROLL(unroll 4)
+  RL_UNROLL_N(RL_LANE_UNROLL)
   for (int c = t; c < nfull; c += RL_LANES) {
     load(c, x, true);
     fold_chunk(a, x);
@@ -307,7 +314,7 @@ RL_HD float lane_sum(const Term& term, int64_t V, int t) {
   float s = 0.0f;
   float v[RL_CHUNK];
   const int nfull = full_chunks(V);
-  RL_UNROLL(unroll 4)
+  RL_UNROLL_N(RL_LANE_UNROLL)
   for (int c = t; c < nfull; c += RL_LANES) {
     term(c, v, true);
     s = s + chunk_sum(v);

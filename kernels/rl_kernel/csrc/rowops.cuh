@@ -132,6 +132,11 @@ inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64
 
 constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
 
+// Blocks per multiprocessor the compiler must fit (caps registers); tuning only.
+#ifndef RL_MIN_BLOCKS
+#define RL_MIN_BLOCKS 1
+#endif
+
 // Thread and block index. On AMD the compiler builtins are used directly, so the
 // device code calls no device-library function (the static check demands none).
 #if defined(__HIP_DEVICE_COMPILE__)
@@ -232,14 +237,14 @@ __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     row_stats_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
   const int64_t r = RL_ROW;
   store_stats(stats, r, block_stats<D>(x + r * row_stride, V));
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     log_softmax_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
   const int64_t r = RL_ROW;
   const typename D::storage* row = x + r * row_stride;
@@ -249,7 +254,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     token_logprobs_kernel(const typename D::storage* x, int64_t row_stride, int64_t V,
                           const int64_t* tokens, int64_t ignore_index, float* out, float* stats) {
   const int64_t r = RL_ROW;
@@ -260,7 +265,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     entropy_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out,
                    float* stats) {
   const int64_t r = RL_ROW;
@@ -272,7 +277,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
 }
 
 template <class O>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     log_softmax_backward_kernel(const float* g, const float* out, int64_t V, typename O::storage* gin) {
   const int64_t r = RL_ROW;
   const float* grow = g + r * V;
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     token_logprobs_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
                                    int64_t V, const int64_t* tokens, const float* stats,
                                    int64_t ignore_index, typename D::storage* gin) {
@@ -297,7 +302,7 @@ __global__ void __launch_bounds__(RL_BLOCK)
 }
 
 template <class D>
-__global__ void __launch_bounds__(RL_BLOCK)
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     entropy_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
                             int64_t V, const float* stats, const float* H, typename D::storage* gin) {
   const int64_t r = RL_ROW;

@@ -1,0 +1,607 @@
+"""Behaviour of rl_kernel's public API (the `exact` tier).
+
+Every equality claim here is bitwise (integer views, `rl_kernel.bitwise.bits_equal`); accuracy
+against float64 is checked with explicit numeric bounds, which are not equality claims.
+Tests that take `device` run on the CPU and, where there is one, on the GPU (conftest.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import rl_kernel
+from rl_kernel import inputs
+from rl_kernel.bitwise import bits_equal, diff, int_view
+
+OPS = ("log_softmax", "token_logprobs", "entropy")
+IGNORE = -100
+CANONICAL_NAN = {torch.float32: 0x7FC00000, torch.bfloat16: 0x7FC0, torch.float16: 0x7E00}
+NEG_ZERO = {torch.float32: -(2**31), torch.bfloat16: -(2**15), torch.float16: -(2**15)}
+MIN_NORMAL = 2.0**-126
+EDGE_VOCABS = tuple(v for v in inputs.VOCABS if v >= 8)
+# Rows of edge_rows(), see its docstring.
+NORMAL, ONE_NAN, ALL_NEG_INF, SOME_NEG_INF, POS_INF, SIGNED_ZEROS, SUBNORMALS, HUGE, SINGLE, CONSTANT = range(10)
+BAD_ROWS = (ONE_NAN, ALL_NEG_INF, POS_INF)
+
+
+def dname(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def rows_for(vocab: int) -> int:
+    """Batch size that keeps the whole file fast on 2 cores (even, for [B, T, V] reshapes)."""
+    if vocab <= 257:
+        return 12
+    if vocab <= 50257:
+        return 6
+    return 4
+
+
+def run(op: str, x: torch.Tensor, t: torch.Tensor, ignore_index: int = IGNORE) -> torch.Tensor:
+    if op == "log_softmax":
+        return rl_kernel.log_softmax(x)
+    if op == "token_logprobs":
+        return rl_kernel.token_logprobs(x, t, ignore_index)
+    if op == "entropy":
+        return rl_kernel.entropy(x)
+    raise ValueError(op)
+
+
+def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
+    assert bits_equal(got, want), f"{what}: {diff(got, want).summary()}"
+
+
+def case(vocab: int, dtype: torch.dtype, device: str = "cpu", rows: int | None = None, seed: int = 0):
+    """Logits [rows, vocab] and tokens [rows] with every 4th token (from the second) ignored."""
+    n = rows_for(vocab) if rows is None else rows
+    x = inputs.logits(n, vocab, dtype, seed=seed + vocab).to(device)
+    t = inputs.tokens(n, vocab, seed=seed + vocab)
+    t[1::4] = IGNORE
+    return x, t.to(device)
+
+
+def weights(shape: tuple[int, ...], seed: int, device: str = "cpu") -> torch.Tensor:
+    return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+def grads(x: torch.Tensor, t: torch.Tensor, seed: int = 7) -> dict[str, torch.Tensor]:
+    """Gradients of sum(op(x) * w) for each op, w fixed by the seed."""
+    out = {}
+    for op in OPS:
+        leaf = x.detach().clone().requires_grad_()
+        y = run(op, leaf, t)
+        w = weights(tuple(y.shape), seed, str(x.device))
+        (g,) = torch.autograd.grad((y * w).sum(), leaf)
+        out[op] = g
+    return out
+
+
+def vd_params(vocabs: tuple[int, ...] = inputs.VOCABS) -> list:
+    return [pytest.param(v, d, id=f"V{v}-{dname(d)}") for v in vocabs for d in inputs.DTYPES]
+
+
+# ---------------------------------------------------------------- batch invariance
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params())
+def test_batch_invariance(op: str, vocab: int, dtype: torch.dtype, device: str) -> None:
+    x, t = case(vocab, dtype, device)
+    n = x.shape[0]
+    full = run(op, x, t)
+    for i in range(n):
+        assert_bits(run(op, x[i : i + 1], t[i : i + 1])[0], full[i], f"row {i} alone")
+        assert_bits(run(op, x[i], t[i]), full[i], f"row {i} as a 1-D tensor")
+    k = n // 2 + 1
+    assert_bits(run(op, x[:k], t[:k]), full[:k], f"first {k} rows")
+    assert_bits(run(op, x.flip(0), t.flip(0)).flip(0), full, "reversed batch")
+    xo, to = case(vocab, dtype, device, rows=5, seed=1)
+    assert_bits(run(op, torch.cat([xo[:2], x, xo[2:]]), torch.cat([to[:2], t, to[2:]]))[2 : 2 + n], full, "larger batch")
+    x3, t3 = x.view(2, n // 2, vocab), t.view(2, n // 2)
+    assert_bits(run(op, x3, t3).reshape(full.shape), full, "[B, T, V] batch")
+
+
+# ---------------------------------------------------------------- non-contiguous inputs
+
+
+def _views(x: torch.Tensor, t: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Non-contiguous views with the rows of x (or of a close relative) and matching tokens."""
+    n, v = x.shape
+    wide = x.repeat_interleave(2, dim=1)  # [n, 2v]: wide[:, ::2] == x
+    padded = torch.cat([x[:, :1], x, x[:, :3]], dim=1)  # rows start 1 element in: not 16-byte aligned
+    tall = x.repeat_interleave(2, dim=0)
+    bt = torch.stack([x, x.flip(0), x], dim=1)  # [n, 3, v]
+    tbt = torch.stack([t, t.flip(0), t], dim=1)
+    return {
+        "column_major": (x.t().contiguous().t(), t),
+        "strided_vocab": (wide[:, ::2], t),
+        "strided_rows": (tall[::2], t.repeat_interleave(2)[::2]),
+        "misaligned_rows": (padded[:, 1 : v + 1], t),
+        "bt_sliced": (bt[:, :-1], tbt[:, :-1]),
+        "expanded": (x[:1].expand(n, v), t[:1].expand(n)),
+    }
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params())
+def test_non_contiguous(vocab: int, dtype: torch.dtype, device: str) -> None:
+    x, t = case(vocab, dtype, device)
+    for layout, (xv, tv) in _views(x, t).items():
+        assert not xv.is_contiguous(), layout
+        xc, tc = xv.contiguous(), tv.contiguous()
+        for op in OPS:
+            assert_bits(run(op, xv, tv), run(op, xc, tc), f"{op} forward, {layout}")
+            w = weights(tuple(run(op, xc, tc).shape), 3, device)
+            gv_in = xv.detach().requires_grad_()  # still a non-contiguous view
+            gc_in = xc.detach().requires_grad_()
+            (gv,) = torch.autograd.grad((run(op, gv_in, tv) * w).sum(), gv_in)
+            (gc,) = torch.autograd.grad((run(op, gc_in, tc) * w).sum(), gc_in)
+            assert_bits(gv, gc, f"{op} gradient, {layout}")
+
+
+# ---------------------------------------------------------------- token_logprobs == gather
+
+
+def _gathered(lsm: torch.Tensor, t: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    picked = lsm.gather(-1, t.clamp_min(0)[..., None])[..., 0]
+    return torch.where(t == ignore_index, torch.zeros_like(picked), picked)
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params())
+def test_token_logprobs_is_gathered_log_softmax(vocab: int, dtype: torch.dtype, device: str) -> None:
+    x, t = case(vocab, dtype, device)
+    if vocab >= 8:  # edge rows too: the NaN, -inf and zero outputs must match as well
+        x = torch.cat([x, inputs.edge_rows(vocab, dtype).to(device)])
+        te = torch.tensor([1, 2, 3, 0, 5, 6, 7, 0, vocab - 1, 4], device=device)
+        t = torch.cat([t, te])
+    lsm = rl_kernel.log_softmax(x)
+    got = rl_kernel.token_logprobs(x, t)
+    assert_bits(got, _gathered(lsm, t, IGNORE), "2-D")
+    ignored = t == IGNORE
+    assert bool(ignored.any())
+    assert bool((int_view(got)[ignored] == 0).all()), "ignore_index positions must be +0.0"
+
+    n = x.shape[0] // 2 * 2
+    x3, t3 = x[:n].reshape(2, n // 2, vocab), t[:n].reshape(2, n // 2)
+    got3 = rl_kernel.token_logprobs(x3, t3)
+    assert_bits(got3, _gathered(rl_kernel.log_softmax(x3), t3, IGNORE), "3-D")
+    assert_bits(got3.reshape(-1), got[:n], "3-D vs 2-D")
+
+    # Another ignore_index value (here a valid-looking negative id).
+    t_alt = torch.where(ignored, torch.full_like(t, -1), t)
+    got_alt = rl_kernel.token_logprobs(x, t_alt, ignore_index=-1)
+    assert_bits(got_alt, got, "ignore_index=-1")
+
+
+# ---------------------------------------------------------------- log_softmax over another dim
+
+
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -2, -3])
+def test_log_softmax_dim(dtype: torch.dtype, dim: int, device: str) -> None:
+    x = inputs.logits(6 * 5, 257, dtype, seed=11).view(6, 5, 257).to(device)
+    got = rl_kernel.log_softmax(x, dim=dim)
+    want = rl_kernel.log_softmax(x.movedim(dim, -1)).movedim(-1, dim)
+    assert_bits(got, want, f"dim={dim} forward")
+    w = weights(tuple(x.shape), 5, device)
+    a = x.clone().requires_grad_()
+    b = x.clone().requires_grad_()
+    (ga,) = torch.autograd.grad((rl_kernel.log_softmax(a, dim=dim) * w).sum(), a)
+    (gb,) = torch.autograd.grad((rl_kernel.log_softmax(b.movedim(dim, -1)).movedim(-1, dim) * w).sum(), b)
+    assert_bits(ga, gb, f"dim={dim} gradient")
+
+
+# ---------------------------------------------------------------- accuracy against float64
+
+# Measured on this build (x86-64 CPU; inputs as below, all VOCABS x DTYPES): max |log_softmax - float64|
+# over finite rows 2.4e-6 (bf16, V=151936; fp32 2.2e-6; the error is ~ half an ulp of outputs near -35).
+LSM_MAX_ABS = 5e-6
+# Entropy: |H - H64| <= ENT_RTOL * H64 + ENT_ATOL. A pure relative bound cannot hold in fp32 for
+# near-deterministic rows (H ~ 1e-5: one p ~ 1 - 1e-5, whose log is quantised by the fp32 sum near 1;
+# torch's own fp32 entropy is 1e-2 off there too). Measured: |err| <= 2.0e-6 absolute everywhere,
+# relative 3.5e-7 where H >= 0.3, and max (|err| - 2.4e-7) / H = 4.8e-6.
+ENT_RTOL = 1e-5
+ENT_ATOL = 2.4e-7  # 2 ulp of 1.0
+
+
+def _accuracy_input(vocab: int, dtype: torch.dtype) -> torch.Tensor:
+    x = inputs.logits(rows_for(vocab), vocab, dtype, seed=100 + vocab)
+    if vocab >= 8:  # finite edge rows: signed zeros, subnormals, constant
+        x = torch.cat([x, inputs.edge_rows(vocab, dtype)[[NORMAL, SIGNED_ZEROS, SUBNORMALS, CONSTANT]]])
+    return x
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params())
+def test_forward_accuracy_vs_float64(vocab: int, dtype: torch.dtype) -> None:
+    x = _accuracy_input(vocab, dtype)
+    ref = torch.log_softmax(x.double(), dim=-1)
+    lsm = rl_kernel.log_softmax(x)
+    err = (lsm.double() - ref).abs().max().item()
+    assert err <= LSM_MAX_ABS, f"log_softmax max abs error {err:.3e} > {LSM_MAX_ABS:.1e}"
+
+    h_ref = -(ref.exp() * ref).sum(-1)
+    h = rl_kernel.entropy(x).double()
+    excess = ((h - h_ref).abs() - (ENT_RTOL * h_ref.abs() + ENT_ATOL)).max().item()
+    worst = (h - h_ref).abs().max().item()
+    assert excess <= 0, f"entropy error {worst:.3e} exceeds {ENT_RTOL:.0e} * H + {ENT_ATOL:.1e}"
+
+
+# Backward, measured against float64 autograd (torch.log_softmax / gather / -sum(p log p) in
+# float64) on the same inputs, gradient computed in fp32 then rounded once to the input dtype.
+# Bound per element: ulp_dtype(|ref|) (the final rounding, generous) + the fp32 error below.
+# Measured fp32 errors (all VOCABS, fp32/bf16/fp16 inputs):
+#   token_logprobs: <= 3.3e-7 * |w|          -> bound 7e-7 * |w|
+#   entropy:        <= 8.8e-7 * |w|           -> bound 2e-6 * |w|
+#   log_softmax:    <= 3.1e-7 * (1 + |sum(w)|) (dominated by p * sum(w), p carrying a 2e-6 relative
+#                   error from exp(log p); 1.2e-4 absolute at V=151936) -> bound 7e-7 * (1 + |sum(w)|)
+GRAD_SCALE = {"token_logprobs": 7e-7, "entropy": 2e-6, "log_softmax": 7e-7}
+_MANTISSA = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}
+_MIN_ULP = {torch.float32: 2.0**-149, torch.bfloat16: 2.0**-133, torch.float16: 2.0**-24}
+
+
+def ulp(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of `dtype` values at |x| (float64 in, float64 out)."""
+    _, e = torch.frexp(x.abs())
+    return torch.ldexp(torch.ones_like(x), e - 1 - _MANTISSA[dtype]).clamp_min(_MIN_ULP[dtype])
+
+
+def _reference_grad(op: str, x: torch.Tensor, t: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xr = x.double().requires_grad_()
+    lr = torch.log_softmax(xr, dim=-1)
+    if op == "log_softmax":
+        y = lr
+    elif op == "token_logprobs":
+        y = lr.gather(-1, t.clamp_min(0)[:, None])[:, 0] * (t != IGNORE)
+    else:
+        y = -(lr.exp() * lr).sum(-1)
+    (g,) = torch.autograd.grad((y * w.double()).sum(), xr)
+    return g
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params())
+def test_backward_accuracy_vs_float64(op: str, vocab: int, dtype: torch.dtype) -> None:
+    x, t = case(vocab, dtype, rows=rows_for(vocab) // 2 * 2, seed=200)
+    t[::3] = IGNORE
+    leaf = x.clone().requires_grad_()
+    y = run(op, leaf, t)
+    w = weights(tuple(y.shape), 9)
+    (g,) = torch.autograd.grad((y * w).sum(), leaf)
+    assert g.dtype == dtype
+    ref = _reference_grad(op, x, t, w)
+    scale = (1 + w.double().sum(-1).abs())[:, None] if op == "log_softmax" else w.double().abs()[:, None]
+    bound = GRAD_SCALE[op] * scale + ulp(ref, dtype)
+    err = (g.double() - ref).abs()
+    bad = err > bound
+    assert not bool(bad.any()), (
+        f"{int(bad.sum())} gradient elements off; worst excess {(err - bound).max().item():.3e}, "
+        f"max abs error {err.max().item():.3e}"
+    )
+    if op == "token_logprobs":
+        assert bool((int_view(g)[t == IGNORE] == 0).all()), "ignore_index rows must have an all +0.0 gradient"
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((7, 256, 257, 32000, 151936)))
+def test_repeated_backward_identical(vocab: int, dtype: torch.dtype, device: str) -> None:
+    x, t = case(vocab, dtype, device)
+    first, second = grads(x, t), grads(x, t)
+    for op in OPS:
+        assert first[op].dtype == dtype, op
+        assert first[op].shape == x.shape, op
+        assert_bits(second[op], first[op], f"{op} gradient, second run")
+
+
+# ---------------------------------------------------------------- edge cases
+
+
+def _edge_tokens(vocab: int, device: str, some_neg_inf_tok: int) -> torch.Tensor:
+    t = torch.tensor([1, 1, 1, some_neg_inf_tok, 1, 1, 1, vocab - 1, vocab - 1, IGNORE], device=device)
+    return t
+
+
+def _check_clean_bits(y: torch.Tensor, what: str) -> None:
+    """No -0.0, no subnormal, every NaN canonical (fp32 outputs)."""
+    bits = int_view(y).cpu()
+    assert not bool((bits == NEG_ZERO[y.dtype]).any()), f"{what}: contains -0.0"
+    nan = torch.isnan(y).cpu()
+    assert bool((bits[nan] == CANONICAL_NAN[y.dtype]).all()), f"{what}: non-canonical NaN bits"
+    small = (y.float().abs() < MIN_NORMAL).cpu()
+    assert bool((bits[small] == 0).all()), f"{what}: subnormal (or -0.0) values"
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params(EDGE_VOCABS))
+def test_edge_rows(vocab: int, dtype: torch.dtype, device: str) -> None:
+    x = inputs.edge_rows(vocab, dtype).to(device)
+    xf = x.float().cpu()
+    t_inf = _edge_tokens(vocab, device, 0)  # token 0 of the masked row is -inf
+    t_fin = _edge_tokens(vocab, device, 1)  # token 1 of the masked row is finite
+    lsm = rl_kernel.log_softmax(x)
+    ent = rl_kernel.entropy(x)
+    tok_inf = rl_kernel.token_logprobs(x, t_inf)
+    tok_fin = rl_kernel.token_logprobs(x, t_fin)
+    for name, y in (("log_softmax", lsm), ("entropy", ent), ("token_logprobs", tok_inf), ("tokens", tok_fin)):
+        assert y.dtype == torch.float32
+        _check_clean_bits(y, name)
+    lsm, ent, tok_inf, tok_fin = lsm.cpu(), ent.cpu(), tok_inf.cpu(), tok_fin.cpu()
+    nan_bits = CANONICAL_NAN[torch.float32]
+
+    # NaN, all -inf and +inf rows: every output of the row is the canonical NaN.
+    for r in BAD_ROWS:
+        assert bool((int_view(lsm[r]) == nan_bits).all()), f"row {r}: log_softmax not all NaN"
+        assert int(int_view(ent[r])) == nan_bits, f"row {r}: entropy not NaN"
+        assert int(int_view(tok_inf[r])) == nan_bits, f"row {r}: token log-prob not NaN"
+    good = [r for r in range(10) if r not in BAD_ROWS]
+    assert not bool(lsm[good].isnan().any()) and not bool(ent[good].isnan().any())
+    assert not bool(tok_inf[good].isnan().any())
+    assert bool((lsm[good] <= 0).all()) and bool((ent[good] >= 0).all())
+
+    # The bad rows do not touch the others: same bits as the good rows computed without them.
+    xg, tg = x[good], t_inf[good]
+    assert_bits(rl_kernel.log_softmax(xg).cpu(), lsm[good], "log_softmax without the bad rows")
+    assert_bits(rl_kernel.entropy(xg).cpu(), ent[good], "entropy without the bad rows")
+    assert_bits(rl_kernel.token_logprobs(xg, tg).cpu(), tok_inf[good], "token_logprobs without the bad rows")
+
+    # Masked row: -inf exactly where the input is -inf, finite elsewhere.
+    masked = torch.isneginf(xf[SOME_NEG_INF])
+    assert bool(torch.isneginf(lsm[SOME_NEG_INF][masked]).all())
+    assert bool(torch.isfinite(lsm[SOME_NEG_INF][~masked]).all())
+    assert math.isfinite(ent[SOME_NEG_INF].item())
+    assert tok_inf[SOME_NEG_INF].item() == -math.inf
+    assert math.isfinite(tok_fin[SOME_NEG_INF].item())
+
+    # One finite value among -inf: log p = +0.0 there, -inf elsewhere; entropy +0.0.
+    assert int(int_view(lsm[SINGLE, vocab - 1])) == 0
+    assert bool(torch.isneginf(lsm[SINGLE, :-1]).all())
+    assert int(int_view(ent[SINGLE])) == 0
+    assert int(int_view(tok_inf[SINGLE])) == 0
+
+    # Uniform rows (signed zeros, subnormals flushed or not, constant): every element log(1/V).
+    for r in (SIGNED_ZEROS, CONSTANT) + ((SUBNORMALS,) if dtype != torch.float16 else ()):
+        row = lsm[r]
+        assert bool((int_view(row) == int_view(row[:1])).all()), f"row {r} not uniform"
+        assert abs(row[0].item() + math.log(vocab)) <= LSM_MAX_ABS, f"row {r}: {row[0].item()} vs -log V"
+        assert abs(ent[r].item() - math.log(vocab)) <= ENT_RTOL * math.log(vocab) + ENT_ATOL
+    # fp16 subnormals are exact binary16 values, so that row is merely near-uniform.
+    assert (lsm[SUBNORMALS] + math.log(vocab)).abs().max().item() <= 1e-4
+
+    # Huge magnitudes: no NaN; the row maximum has log p = +0.0 for fp32/bf16 (the next is 2*max/V away).
+    assert not bool(lsm[HUGE].isnan().any())
+    if dtype != torch.float16:
+        assert int(int_view(lsm[HUGE, vocab - 1])) == 0
+    # Ignored token: +0.0.
+    assert int(int_view(tok_inf[CONSTANT])) == 0
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((8, 257, 32000)))
+def test_edge_rows_gradients(vocab: int, dtype: torch.dtype, device: str) -> None:
+    x = inputs.edge_rows(vocab, dtype).to(device)
+    t = _edge_tokens(vocab, device, 1)
+    g = grads(x, t)
+    good = [r for r in range(10) if r not in BAD_ROWS]
+    for op, gi in g.items():
+        assert gi.dtype == dtype
+        bits = int_view(gi).cpu()
+        for r in BAD_ROWS:
+            assert bool((bits[r] == CANONICAL_NAN[dtype]).all()), f"{op}: row {r} gradient not canonical NaN"
+        assert bool(torch.isfinite(gi[good]).all()), f"{op}: non-finite gradient in a good row"
+        # fp16 gradients are excluded: the RNE conversion keeps the sign of values that round to
+        # zero (|g| < 2^-25), giving -0.0 (reported to the lead; deterministic on every device).
+        if dtype != torch.float16:
+            assert not bool((bits == NEG_ZERO[dtype]).any()), f"{op}: gradient contains -0.0"
+    assert bool((int_view(g["token_logprobs"][CONSTANT]) == 0).all()), "ignored row: gradient not +0.0"
+
+
+# ---------------------------------------------------------------- denormal mode
+
+
+def _all_outputs(x: torch.Tensor, t: torch.Tensor) -> dict[str, torch.Tensor]:
+    out = {op: run(op, x, t) for op in OPS}
+    out.update({f"grad {op}": g for op, g in grads(x, t).items()})
+    return out
+
+
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((8, 257, 32000)))
+def test_denormal_mode_does_not_matter(vocab: int, dtype: torch.dtype) -> None:
+    x, t = case(vocab, dtype, rows=4)
+    x = torch.cat([x, inputs.edge_rows(vocab, dtype)])
+    t = torch.cat([t, _edge_tokens(vocab, "cpu", 1)])
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # the mode is per thread: run the rows on this one
+        if not torch.set_flush_denormal(True):
+            pytest.skip("torch.set_flush_denormal is not supported on this CPU")
+        assert (torch.tensor([2.0**-130]) * 1.0).item() == 0.0, "flush-denormal mode is not in effect"
+        flushed = _all_outputs(x, t)
+        torch.set_flush_denormal(False)
+        assert (torch.tensor([2.0**-130]) * 1.0).item() != 0.0
+        ieee = _all_outputs(x, t)
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+    for name, y in ieee.items():
+        assert_bits(flushed[name], y, f"{name}: flush-denormal vs IEEE")
+
+
+# ---------------------------------------------------------------- errors and empty inputs
+
+
+_X = torch.randn(3, 5)
+_T = torch.tensor([0, 1, 2])
+BAD_CALLS: list[tuple[str, Callable[[], object], type[Exception], str]] = [
+    ("int logits", lambda: rl_kernel.log_softmax(_X.int()), TypeError, "float32, bfloat16 or float16"),
+    ("int logits tok", lambda: rl_kernel.token_logprobs(_X.long(), _T), TypeError, "float32, bfloat16 or float16"),
+    ("int logits ent", lambda: rl_kernel.entropy(_X.short()), TypeError, "float32, bfloat16 or float16"),
+    ("float64 logits", lambda: rl_kernel.entropy(_X.double()), TypeError, "float64"),
+    ("token too large", lambda: rl_kernel.token_logprobs(_X, torch.tensor([0, 5, 1])), ValueError, "outside the vocabulary"),
+    ("negative token", lambda: rl_kernel.token_logprobs(_X, torch.tensor([0, -1, 1])), ValueError, "outside the vocabulary"),
+    ("float tokens", lambda: rl_kernel.token_logprobs(_X, _T.float()), TypeError, "integer"),
+    ("bool tokens", lambda: rl_kernel.token_logprobs(_X, _T > 0), TypeError, "integer"),
+    ("tokens shape", lambda: rl_kernel.token_logprobs(_X, _T[:2]), ValueError, "shape"),
+    ("tokens 2-D", lambda: rl_kernel.token_logprobs(_X, _T[:, None]), ValueError, "shape"),
+    ("non-tensor tokens", lambda: rl_kernel.token_logprobs(_X, [0, 1, 2]), TypeError, "torch.Tensor"),
+    ("0-d logits", lambda: rl_kernel.log_softmax(torch.tensor(1.0)), ValueError, "at least one dimension"),
+    ("0-d logits ent", lambda: rl_kernel.entropy(torch.tensor(1.0)), ValueError, "at least one dimension"),
+    ("empty vocab", lambda: rl_kernel.log_softmax(torch.zeros(3, 0)), ValueError, "empty vocabulary"),
+    ("empty vocab tok", lambda: rl_kernel.token_logprobs(torch.zeros(3, 0), _T), ValueError, "empty vocabulary"),
+    ("empty vocab ent", lambda: rl_kernel.entropy(torch.zeros(3, 0)), ValueError, "empty vocabulary"),
+    ("non-tensor logits", lambda: rl_kernel.log_softmax([[1.0, 2.0]]), TypeError, "torch.Tensor"),
+    ("numpy logits", lambda: rl_kernel.entropy(_X.numpy()), TypeError, "torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "match"), [pytest.param(c, e, m, id=i) for i, c, e, m in BAD_CALLS])
+def test_bad_input_raises(call: Callable[[], object], exc: type[Exception], match: str) -> None:
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_error_messages_name_the_value() -> None:
+    with pytest.raises(ValueError, match=r"token id 7 at index \(1, 0\).*\[0, 5\).*ignore_index=-100"):
+        rl_kernel.token_logprobs(torch.randn(2, 1, 5), torch.tensor([[0], [7]]))
+    with pytest.raises(TypeError, match="torch.float64"):
+        rl_kernel.log_softmax(torch.randn(2, 5, dtype=torch.float64))
+
+
+def test_ignore_index_is_not_range_checked() -> None:
+    y = rl_kernel.token_logprobs(_X, torch.tensor([-100, 1, -100]))
+    assert int(int_view(y)[0]) == 0 and int(int_view(y)[2]) == 0
+
+
+_OPS = torch.ops.rl_kernel
+RAW_CALLS: list[tuple[str, Callable[[], object], str]] = [
+    ("log_softmax f64", lambda: _OPS.log_softmax(_X.double()), "float32, bfloat16 or float16"),
+    ("entropy int", lambda: _OPS.entropy(_X.int()), "float32, bfloat16 or float16"),
+    ("row_stats f64", lambda: _OPS.row_stats(_X.double()), "float32, bfloat16 or float16"),
+    ("token_logprobs f64", lambda: _OPS.token_logprobs(_X.double(), _T, IGNORE), "float32, bfloat16 or float16"),
+    ("token_logprobs int32 tokens", lambda: _OPS.token_logprobs(_X, _T.int(), IGNORE), "int64"),
+    ("token_logprobs shape", lambda: _OPS.token_logprobs(_X, _T[:2], IGNORE), "shape"),
+    ("empty vocab", lambda: _OPS.log_softmax(torch.zeros(3, 0)), "empty vocabulary"),
+    ("0-d", lambda: _OPS.entropy(torch.tensor(1.0)), "at least one dimension"),
+    (
+        "backward shape",
+        lambda: _OPS.log_softmax_backward(torch.zeros(3, 5), torch.zeros(3, 4), torch.float32),
+        "shape",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "match"), [pytest.param(c, m, id=i) for i, c, m in RAW_CALLS])
+def test_raw_ops_raise(call: Callable[[], object], match: str) -> None:
+    with pytest.raises(RuntimeError, match=match):
+        call()
+
+
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+@pytest.mark.parametrize("op", OPS)
+def test_empty_batch(op: str, dtype: torch.dtype, device: str) -> None:
+    for lead in ((0,), (2, 0), (0, 3)):
+        x = torch.zeros((*lead, 50), dtype=dtype, device=device, requires_grad=True)
+        t = torch.zeros(lead, dtype=torch.long, device=device)
+        y = run(op, x, t)
+        want = (*lead, 50) if op == "log_softmax" else lead
+        assert y.shape == want and y.dtype == torch.float32
+        y.sum().backward()
+        assert x.grad is not None and x.grad.shape == x.shape and x.grad.dtype == dtype
+
+
+# ---------------------------------------------------------------- torch.compile
+
+
+@pytest.mark.slow
+def test_torch_compile_matches_eager() -> None:
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return rl_kernel.token_logprobs(x, t).sum() + rl_kernel.entropy(x).sum()
+
+    compiled = torch.compile(loss, fullgraph=True)
+    for dtype in (torch.float32, torch.bfloat16):
+        x, t = case(37, dtype, rows=4, seed=3)
+        xe = x.clone().requires_grad_()
+        xc = x.clone().requires_grad_()
+        ye = loss(xe, t)
+        yc = compiled(xc, t)
+        (ge,) = torch.autograd.grad(ye, xe)
+        (gc,) = torch.autograd.grad(yc, xc)
+        assert_bits(yc.detach(), ye.detach(), f"compiled forward ({dtype})")
+        assert_bits(gc, ge, f"compiled gradient ({dtype})")
+
+
+# ---------------------------------------------------------------- run to run, dtypes, threads
+
+
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+def test_run_to_run(dtype: torch.dtype, device: str) -> None:
+    x, t = case(32000, dtype, device, rows=8)
+    first = _all_outputs(x, t)
+    for _ in range(2):
+        again = _all_outputs(x, t)
+        for name, y in first.items():
+            assert_bits(again[name], y, f"{name}, repeated")
+
+
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+def test_cpu_thread_count_does_not_matter(dtype: torch.dtype) -> None:
+    x, t = case(50257, dtype, rows=6)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _all_outputs(x, t)
+        torch.set_num_threads(max(2, threads))
+        many = _all_outputs(x, t)
+    finally:
+        torch.set_num_threads(threads)
+    for name, y in one.items():
+        assert_bits(many[name], y, f"{name}: 1 thread vs {max(2, threads)}")
+
+
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+def test_output_dtypes_and_shapes(dtype: torch.dtype, device: str) -> None:
+    x = inputs.logits(6, 300, dtype, seed=4).view(2, 3, 300).to(device)
+    t = inputs.tokens(6, 300, seed=4).view(2, 3).to(device)
+    assert rl_kernel.log_softmax(x).dtype == torch.float32
+    assert rl_kernel.log_softmax(x).shape == x.shape
+    for y in (rl_kernel.token_logprobs(x, t), rl_kernel.entropy(x)):
+        assert y.dtype == torch.float32 and y.shape == (2, 3)
+    stats = rl_kernel.row_stats(x)
+    assert stats.dtype == torch.float32 and stats.shape == (2, 3, 3)
+    assert_bits(stats[..., 0], x.float().amax(-1), "row_stats max")
+    # int32 tokens are accepted and give the int64 result.
+    assert_bits(rl_kernel.token_logprobs(x, t.int()), rl_kernel.token_logprobs(x, t), "int32 tokens")
+    assert rl_kernel.TIER == "exact"
+
+
+# ---------------------------------------------------------------- GPU against the CPU reference
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((7, 255, 256, 257, 32000, 151936)))
+def test_gpu_bits_equal_cpu(vocab: int, dtype: torch.dtype) -> None:
+    x, t = case(vocab, dtype, rows=8)
+    if vocab >= 8:
+        x = torch.cat([x, inputs.edge_rows(vocab, dtype)])
+        t = torch.cat([t, _edge_tokens(vocab, "cpu", 0)])
+    cpu = _all_outputs(x, t)
+    gpu = _all_outputs(x.cuda(), t.cuda())
+    for name, y in cpu.items():
+        assert gpu[name].device.type == "cuda"
+        assert_bits(gpu[name].cpu(), y, f"{name}: GPU vs CPU")
+    # Rows that do not start on a 16-byte boundary take the GPU's scalar load path.
+    for layout, (xv, tv) in _views(x, t).items():
+        for op in OPS:
+            assert_bits(run(op, xv.cuda(), tv.cuda()).cpu(), run(op, xv, tv), f"{op}, {layout}: GPU vs CPU")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=dname)
+def test_gpu_run_to_run(dtype: torch.dtype) -> None:
+    x, t = case(151936, dtype, "cuda", rows=64)
+    first = _all_outputs(x, t)
+    for _ in range(3):
+        again = _all_outputs(x, t)
+        torch.cuda.synchronize()
+        for name, y in first.items():
+            assert_bits(again[name], y, f"{name}: GPU repeat")
