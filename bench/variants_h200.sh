@@ -7,10 +7,10 @@ out=${1:-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 variants=(
-  "unroll4:"
-  "unroll4-minblocks8:-DRL_MIN_BLOCKS=8"
-  "unroll2:-DRL_LANE_UNROLL=2"
-  "unroll1-minblocks8:-DRL_LANE_UNROLL=1 -DRL_MIN_BLOCKS=8"
+  "prefetch:"
+  "prefetch-minblocks6:-DRL_MIN_BLOCKS=6"
+  "prefetch-minblocks8:-DRL_MIN_BLOCKS=8"
+  "unroll2-noprefetch:-DRL_PREFETCH=0"
 )
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}

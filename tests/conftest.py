@@ -8,16 +8,15 @@ A test marked `@pytest.mark.gpu` is skipped on a machine without a CUDA/ROCm GPU
 from __future__ import annotations
 
 import pytest
-import torch
-
 import rl_kernel
+import torch
 
 NO_GPU = "no CUDA/ROCm GPU on this machine"
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
 
 
 def devices() -> list[str]:
-    """"cpu", plus "cuda" (which is also ROCm/HIP) when a GPU and the GPU kernels are there."""
+    """ "cpu", plus "cuda" (which is also ROCm/HIP) when a GPU and the GPU kernels are there."""
     found = ["cpu"]
     if torch.cuda.is_available() and rl_kernel.has_gpu_kernels():
         found.append("cuda")

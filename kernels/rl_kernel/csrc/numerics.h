@@ -36,7 +36,7 @@
 
 // How many chunks of a lane loop are unrolled (loads issued ahead); tuning only.
 #ifndef RL_LANE_UNROLL
-#define RL_LANE_UNROLL 4
+#define RL_LANE_UNROLL 2
 #endif
 
 namespace rl {

@@ -4,6 +4,8 @@
 // This file needs no ATen: it is also compiled alone by `make kernels-check`.
 #pragma once
 
+#include <type_traits>
+
 #include "numerics.h"
 
 namespace rl {
@@ -155,34 +157,80 @@ constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
 #endif
 
 // Chunk loader with 16-byte loads, for rows aligned to 16 bytes; the values (and
-// so the arithmetic) are those of ScalarChunks.
+// so the arithmetic) are those of ScalarChunks. raw()/convert() split a load so
+// that the next chunk can be in flight while this one is folded.
 template <class D>
 struct VecChunks {
-  const typename D::storage* row;
+  using storage = typename D::storage;
+  const storage* row;
   int64_t V;
-  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
-    if (full) {
-      load_full(row + int64_t(c) * RL_CHUNK, x);
-    } else {
-      ScalarChunks<D>{row, V}(c, x, false);
-    }
+
+  struct Raw16 {
+    uint4 w;
+  };
+  struct Raw32 {
+    float4 a, b;
+  };
+  using Raw = typename std::conditional<sizeof(storage) == 2, Raw16, Raw32>::type;
+
+  __device__ __forceinline__ static Raw16 raw_of(const uint16_t* p) { return Raw16{*reinterpret_cast<const uint4*>(p)}; }
+  __device__ __forceinline__ static Raw32 raw_of(const float* p) {
+    return Raw32{reinterpret_cast<const float4*>(p)[0], reinterpret_cast<const float4*>(p)[1]};
   }
-  __device__ __forceinline__ static void load_full(const uint16_t* p, float x[RL_CHUNK]) {
-    const uint4 w = *reinterpret_cast<const uint4*>(p);
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+  __device__ __forceinline__ Raw raw(int c) const { return raw_of(row + int64_t(c) * RL_CHUNK); }
+
+  __device__ __forceinline__ static void convert(const Raw16& r, float x[RL_CHUNK]) {
+    const uint32_t u[4] = {r.w.x, r.w.y, r.w.z, r.w.w};
     RL_UNROLL(unroll)
     for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
       x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
       x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
     }
   }
-  __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
-    const float4 a = *reinterpret_cast<const float4*>(p);
-    const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+  __device__ __forceinline__ static void convert(const Raw32& r, float x[RL_CHUNK]) {
+    x[0] = r.a.x; x[1] = r.a.y; x[2] = r.a.z; x[3] = r.a.w;
+    x[4] = r.b.x; x[5] = r.b.y; x[6] = r.b.z; x[7] = r.b.w;
+  }
+
+  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
+    if (full) {
+      convert(raw(c), x);
+    } else {
+      ScalarChunks<D>{row, V}(c, x, false);
+    }
   }
 };
+
+// lane_stats() for aligned rows with the next chunk's load issued before the
+// current chunk is folded. The chunks are folded in exactly lane_stats' order.
+template <class D>
+__device__ __forceinline__ Acc lane_stats_prefetch(const typename D::storage* row, int64_t V, int t) {
+  const VecChunks<D> load{row, V};
+  Acc a = acc_init();
+  float x[RL_CHUNK];
+  const int nfull = full_chunks(V);
+  if (t < nfull) {
+    typename VecChunks<D>::Raw cur = load.raw(t);
+    int c = t;
+    for (; c + RL_LANES < nfull; c += RL_LANES) {
+      const typename VecChunks<D>::Raw next = load.raw(c + RL_LANES);
+      VecChunks<D>::convert(cur, x);
+      fold_chunk(a, x);
+      cur = next;
+    }
+    VecChunks<D>::convert(cur, x);
+    fold_chunk(a, x);
+  }
+  if (has_tail(V) && nfull % RL_LANES == t) {
+    load(nfull, x, false);
+    fold_chunk(a, x);
+  }
+  return a;
+}
+
+#ifndef RL_PREFETCH
+#define RL_PREFETCH 1
+#endif
 
 template <class D>
 __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
@@ -196,7 +244,9 @@ __device__ __forceinline__ RowStats block_stats(const typename D::storage* row, 
   __shared__ float sm[RL_LANES];
   __shared__ float ss[RL_LANES];
   const int t = RL_TID;
-  const Acc a = aligned16<D>(row) ? lane_stats(VecChunks<D>{row, V}, V, t) : lane_stats(ScalarChunks<D>{row, V}, V, t);
+  const Acc a = !aligned16<D>(row) ? lane_stats(ScalarChunks<D>{row, V}, V, t)
+                : RL_PREFETCH      ? lane_stats_prefetch<D>(row, V, t)
+                                   : lane_stats(VecChunks<D>{row, V}, V, t);
   sm[t] = a.m;
   ss[t] = a.s;
   RL_SYNC();
