@@ -23,3 +23,4 @@ gzip -f "$out/sass.txt"
 python3 kernels/check/kernels_check.py --only cuda --json "$out/kernels_check_cuda.json"
 python3 bench/gpu_parity.py --json "$out/gpu_parity.json" 2>&1 | tee "$out/gpu_parity.log"
 python3 bench/bench_token_logprobs.py --json "$out/bench.json" 2>&1 | tee "$out/bench.log"
+python3 -m pytest tests -q -m gpu -p no:cacheprovider 2>&1 | tee "$out/pytest_gpu.log" | tail -5

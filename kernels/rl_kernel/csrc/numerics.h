@@ -53,8 +53,8 @@ constexpr int RL_CHUNK = 8;
 // ---- constants (hex floats: exact) -----------------------------------------
 constexpr float RL_LOG2E = 0x1.715476p+0f;      // 1/ln2 rounded to binary32
 constexpr float RL_ROUND_MAGIC = 0x1.8p+23f;    // 1.5*2^23: x + M - M = rint(x)
-constexpr float RL_EXP2_YMIN = -127.0f;         // 2^-127 scale encodes as 0.0f
-constexpr uint32_t RL_EXP_SCALE_BIAS = 127u << 23;
+constexpr float RL_EXP2_YMIN = -125.0f;         // keeps p*2^k normal: the scaling is an exponent add
+constexpr float RL_EXP_FLUSH_BELOW = -86.0f;    // exp_flushed(d) = 0 below this (exp(-86) ~ 4e-38)
 constexpr float RL_LN2_HI = 0x1.62e300p-1f;     // 17 significant bits: k*HI exact for |k|<128
 constexpr float RL_LN2_LO = 0x1.2fefa4p-17f;
 constexpr float RL_SQRT2 = 0x1.6a09e6p+0f;
@@ -115,15 +115,16 @@ RL_HD float abs_of(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
 // hardware's denormal mode (FTZ/DAZ or IEEE gradual underflow) cannot show.
 RL_HD float flush(float x) { return abs_of(x) < RL_MIN_NORMAL ? 0.0f : x; }
 
-// IEEE maxNum: a NaN operand loses. Which zero wins max(-0, +0) may differ by
-// platform; no output depends on it (docs/numerics.md, "signed zero").
-RL_HD float max_num(float a, float b) {
-#if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__)
-  return fmaxf(a, b);
-#elif defined(RL_DEVICE_PASS)
-  return __builtin_fmaxf(a, b);
+// NaN-propagating maximum: a NaN operand wins (which NaN is unspecified). For
+// max(-0, +0) either zero may come back; no output depends on it
+// (docs/numerics.md, "signed zero").
+RL_HD float max_nan(float a, float b) {
+#if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;  // one FMNMX.NAN; the select below compiles to three instructions
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 #else
-  return (a != a || b > a) ? b : a;
+  return (b > a || b != b) ? b : a;
 #endif
 }
 
@@ -162,19 +163,22 @@ RL_HD uint16_t to_f16_bits(float x) {
     return uint16_t(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
   }
   // Subnormal binary16: rint(|x| * 2^24); the scaling is exact and the result < 2^10.
+  // A value that rounds to zero becomes +0.0, as flush() does for binary32.
   const float v = float_of(a) * 0x1p24f;
-  const float q = (v + RL_ROUND_MAGIC) - RL_ROUND_MAGIC;
-  return uint16_t(sign | uint32_t(int(q)));
+  const uint32_t q = uint32_t(int((v + RL_ROUND_MAGIC) - RL_ROUND_MAGIC));
+  return uint16_t(q == 0u ? 0u : (sign | q));
 }
 
-// ---- exp -------------------------------------------------------------------
-// exp(d) for d <= 0, -inf or NaN, the form used inside row folds.
-//   y = d*log2(e) (rounded), clamped below at -127; k = rint(y) via the magic
-//   constant; f = y - k (exact, |f| <= 1/2); p = poly(f) ~ 2^f; result = p*2^k
-//   where 2^k is built from bits (k = -127 gives scale 0.0f, so exp(-inf) = 0).
-// The result may be subnormal for k = -126; inside a fold it is added to a
-// value >= 1 and vanishes identically in every denormal mode. Anything that is
-// stored or multiplied uses exp_flushed() instead. exp(NaN) is some NaN.
+// ---- exp ----------------------------------------------------------------------
+// exp(d) for d <= 0 or -inf, the form used inside row folds:
+//   y = d*log2(e) (rounded), clamped below at -125; k = rint(y) via the magic
+//   constant (t = y + M holds k in its low mantissa bits); f = y - k (exact,
+//   |f| <= 1/2); p = poly(f) ~ 2^f in [0.70, 1.42]; result = p*2^k, formed by
+//   adding k to p's exponent field (exact, and always a normal number).
+// So exp_fold(d) = exp_fold(-86.64...) ~ 2.4e-38 for every d below about
+// -86.64, -inf included: inside a fold such a term is added to a sum >= 1 and
+// vanishes. exp_fold(NaN) is unspecified: rows with a NaN are caught through
+// their maximum, never through this value.
 RL_HD float exp_fold(float d) {
   float y = d * RL_LOG2E;
   y = (y < RL_EXP2_YMIN) ? RL_EXP2_YMIN : y;
@@ -187,12 +191,15 @@ RL_HD float exp_fold(float d) {
   p = RL_E2 + f * p;
   p = RL_E1 + f * p;
   p = 1.0f + f * p;
-  // bits(t) = bits(M) + k; bits(M) << 23 wraps to 0, so this is (k + 127) << 23.
-  const uint32_t scale = (bits_of(t) << 23) + RL_EXP_SCALE_BIAS;
-  return p * float_of(scale);
+  // bits(t) = bits(M) + k and bits(M) << 23 wraps to 0, so this adds k << 23.
+  return float_of(bits_of(p) + (bits_of(t) << 23));
 }
 
-RL_HD float exp_flushed(float d) { return flush(exp_fold(d)); }
+// exp(d) for stored or multiplied values: 0 below -86, NaN for NaN.
+RL_HD float exp_flushed(float d) {
+  if (d != d) return canonical_nan();
+  return (d < RL_EXP_FLUSH_BELOW) ? 0.0f : exp_fold(d);
+}
 
 // ---- log -------------------------------------------------------------------
 // log(s) for finite s >= 2^-126. s = 2^e * m with m in [sqrt(1/2), sqrt(2));
@@ -222,8 +229,8 @@ RL_HD float log_pos(float s) {
 
 // ---- the row fold: (running max, sum of exp(x - max)) ----------------------
 struct Acc {
-  float m;  // running maximum; starts at -FLT_MAX so that -inf elements give exp(-inf) = 0
-  float s;  // sum of exp(x - m) over the elements seen
+  float m;  // running maximum (NaN once a NaN was seen); starts at -FLT_MAX
+  float s;  // sum of exp_fold(x - m) over the elements seen
 };
 
 RL_HD Acc acc_init() { return Acc{-RL_FLT_MAX, 0.0f}; }
@@ -237,10 +244,11 @@ RL_HD float chunk_sum(const float v[RL_CHUNK]) {
 RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
   float cm = x[0];
   RL_UNROLL(unroll)
-  for (int j = 1; j < RL_CHUNK; ++j) cm = max_num(cm, x[j]);
-  if (cm > a.m) {
-    a.s = a.s * exp_fold(a.m - cm);
-    a.m = cm;
+  for (int j = 1; j < RL_CHUNK; ++j) cm = max_nan(cm, x[j]);
+  const float nm = max_nan(a.m, cm);
+  if (!(nm == a.m)) {  // a larger maximum (or a NaN): rescale the sum
+    a.s = a.s * exp_fold(a.m - nm);
+    a.m = nm;
   }
   float e[RL_CHUNK];
   RL_UNROLL(unroll)
@@ -250,15 +258,15 @@ RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
 
 // Tree step: merge two lane partials (a from the lower lane index).
 RL_HD Acc combine(Acc a, Acc b) {
-  const float m = max_num(a.m, b.m);
+  const float m = max_nan(a.m, b.m);
   const float sa = (a.m == m) ? a.s : a.s * exp_fold(a.m - m);
   const float sb = (b.m == m) ? b.s : b.s * exp_fold(b.m - m);
   return Acc{m, sa + sb};
 }
 
-// A row is well defined iff s >= 1: s = 0 means every element was -inf; a NaN
-// s means the row held a NaN or a +inf. Bad rows output the canonical NaN.
-RL_HD bool row_ok(Acc a) { return a.s >= 1.0f; }
+// A row is well defined iff its maximum is finite (not NaN, not +inf) and s >= 1
+// (s < 1 means every element was -inf). Bad rows output the canonical NaN.
+RL_HD bool row_ok(Acc a) { return a.m <= RL_FLT_MAX && a.s >= 1.0f; }
 
 // Row statistics handed from the forward to the backward and to users.
 struct RowStats {

@@ -62,10 +62,8 @@ struct CpuExec {
     for_rows(r.n, [&](int64_t i) {
       const auto* row = x + i * r.stride;
       const RowStats st = get_stats(stats + 3 * i);
-      const bool ignored = tok[i] == ignore;
       for (int64_t j = 0; j < r.v; ++j)
-        gin[i * r.v + j] =
-            D::store(ignored ? 0.0f : token_logprob_grad(g[i], logprob(D::load(row, j), st), j == tok[i]));
+        gin[i * r.v + j] = D::store(token_logprob_grad(g[i], logprob(D::load(row, j), st), j, tok[i], r.v, ignore));
     });
   }
 

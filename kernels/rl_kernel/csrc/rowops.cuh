@@ -4,8 +4,6 @@
 // This file needs no ATen: it is also compiled alone by `make kernels-check`.
 #pragma once
 
-#include <type_traits>
-
 #include "numerics.h"
 
 namespace rl {
@@ -58,9 +56,12 @@ RL_HD float log_softmax_grad(float g, float out, float gsum) {
   return canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)));
 }
 
-// d token_logprob: g * ([j == tok] - p_j).
-RL_HD float token_logprob_grad(float g, float lp, bool is_tok) {
-  return canonical(flush(g * ((is_tok ? 1.0f : 0.0f) - exp_flushed(lp))));
+// d token_logprob: g * ([j == tok] - p_j); 0 for ignore_index, NaN for an id
+// outside [0, V) (whose forward value is NaN too).
+RL_HD float token_logprob_grad(float g, float lp, int64_t j, int64_t tok, int64_t V, int64_t ignore_index) {
+  if (tok == ignore_index) return 0.0f;
+  if (tok < 0 || tok >= V) return canonical_nan();
+  return canonical(flush(g * ((j == tok ? 1.0f : 0.0f) - exp_flushed(lp))));
 }
 
 // d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0.
@@ -157,80 +158,34 @@ constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
 #endif
 
 // Chunk loader with 16-byte loads, for rows aligned to 16 bytes; the values (and
-// so the arithmetic) are those of ScalarChunks. raw()/convert() split a load so
-// that the next chunk can be in flight while this one is folded.
+// so the arithmetic) are those of ScalarChunks.
 template <class D>
 struct VecChunks {
-  using storage = typename D::storage;
-  const storage* row;
+  const typename D::storage* row;
   int64_t V;
-
-  struct Raw16 {
-    uint4 w;
-  };
-  struct Raw32 {
-    float4 a, b;
-  };
-  using Raw = typename std::conditional<sizeof(storage) == 2, Raw16, Raw32>::type;
-
-  __device__ __forceinline__ static Raw16 raw_of(const uint16_t* p) { return Raw16{*reinterpret_cast<const uint4*>(p)}; }
-  __device__ __forceinline__ static Raw32 raw_of(const float* p) {
-    return Raw32{reinterpret_cast<const float4*>(p)[0], reinterpret_cast<const float4*>(p)[1]};
+  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
+    if (full) {
+      load_full(row + int64_t(c) * RL_CHUNK, x);
+    } else {
+      ScalarChunks<D>{row, V}(c, x, false);
+    }
   }
-  __device__ __forceinline__ Raw raw(int c) const { return raw_of(row + int64_t(c) * RL_CHUNK); }
-
-  __device__ __forceinline__ static void convert(const Raw16& r, float x[RL_CHUNK]) {
-    const uint32_t u[4] = {r.w.x, r.w.y, r.w.z, r.w.w};
+  __device__ __forceinline__ static void load_full(const uint16_t* p, float x[RL_CHUNK]) {
+    const uint4 w = *reinterpret_cast<const uint4*>(p);
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
     RL_UNROLL(unroll)
     for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
       x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
       x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
     }
   }
-  __device__ __forceinline__ static void convert(const Raw32& r, float x[RL_CHUNK]) {
-    x[0] = r.a.x; x[1] = r.a.y; x[2] = r.a.z; x[3] = r.a.w;
-    x[4] = r.b.x; x[5] = r.b.y; x[6] = r.b.z; x[7] = r.b.w;
-  }
-
-  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
-    if (full) {
-      convert(raw(c), x);
-    } else {
-      ScalarChunks<D>{row, V}(c, x, false);
-    }
+  __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
   }
 };
-
-// lane_stats() for aligned rows with the next chunk's load issued before the
-// current chunk is folded. The chunks are folded in exactly lane_stats' order.
-template <class D>
-__device__ __forceinline__ Acc lane_stats_prefetch(const typename D::storage* row, int64_t V, int t) {
-  const VecChunks<D> load{row, V};
-  Acc a = acc_init();
-  float x[RL_CHUNK];
-  const int nfull = full_chunks(V);
-  if (t < nfull) {
-    typename VecChunks<D>::Raw cur = load.raw(t);
-    int c = t;
-    for (; c + RL_LANES < nfull; c += RL_LANES) {
-      const typename VecChunks<D>::Raw next = load.raw(c + RL_LANES);
-      VecChunks<D>::convert(cur, x);
-      fold_chunk(a, x);
-      cur = next;
-    }
-    VecChunks<D>::convert(cur, x);
-    fold_chunk(a, x);
-  }
-  if (has_tail(V) && nfull % RL_LANES == t) {
-    load(nfull, x, false);
-    fold_chunk(a, x);
-  }
-  return a;
-}
-
-#ifndef RL_PREFETCH
-#define RL_PREFETCH 1
-#endif
 
 template <class D>
 __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
@@ -244,9 +199,7 @@ __device__ __forceinline__ RowStats block_stats(const typename D::storage* row, 
   __shared__ float sm[RL_LANES];
   __shared__ float ss[RL_LANES];
   const int t = RL_TID;
-  const Acc a = !aligned16<D>(row) ? lane_stats(ScalarChunks<D>{row, V}, V, t)
-                : RL_PREFETCH      ? lane_stats_prefetch<D>(row, V, t)
-                                   : lane_stats(VecChunks<D>{row, V}, V, t);
+  const Acc a = aligned16<D>(row) ? lane_stats(VecChunks<D>{row, V}, V, t) : lane_stats(ScalarChunks<D>{row, V}, V, t);
   sm[t] = a.m;
   ss[t] = a.s;
   RL_SYNC();
@@ -346,9 +299,8 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const int64_t tok = tokens[r];
-  const bool ignored = (tok == ignore_index);
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
-    gin[r * V + i] = D::store(ignored ? 0.0f : token_logprob_grad(g[r], logprob(D::load(row, i), st), i == tok));
+    gin[r * V + i] = D::store(token_logprob_grad(g[r], logprob(D::load(row, i), st), i, tok, V, ignore_index));
 }
 
 template <class D>
