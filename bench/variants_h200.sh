@@ -6,18 +6,13 @@ set -u
 out=${1:-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-variants=(
-  "prefetch:"
-  "prefetch-minblocks6:-DRL_MIN_BLOCKS=6"
-  "prefetch-minblocks8:-DRL_MIN_BLOCKS=8"
-  "unroll2-noprefetch:-DRL_PREFETCH=0"
-)
+variants=(${VARIANTS:-"minblocks6:-DRL_MIN_BLOCKS=6" "minblocks5:-DRL_MIN_BLOCKS=5"})
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}
   dir=/tmp/variant-$name
   rm -rf "$dir" && mkdir -p "$dir" && cp -r kernels setup.py pyproject.toml README.md bench "$dir"/ 2>/dev/null
-  (cd "$dir" && RL_KERNEL_EXTRA_FLAGS="$flags" python3 setup.py build_ext --inplace > "$out/build-$name.log" 2>&1) \
-    || { echo "$name: build failed"; tail -20 "$out/build-$name.log"; continue; }
+  (cd "$dir" && RL_KERNEL_EXTRA_FLAGS="$flags" python3 setup.py build_ext --inplace > /tmp/build-$name.log 2>&1) \
+    || { echo "$name: build failed"; tail -20 /tmp/build-$name.log; continue; }
   echo "== $name ($flags)"
   (cd "$dir" && PYTHONPATH=$dir/kernels python3 bench/bench_token_logprobs.py --reps 30 --json "$out/bench-$name.json" \
     | grep -E "token_logprobs|copy ")
