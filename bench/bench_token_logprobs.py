@@ -72,16 +72,30 @@ def measure(dtype: torch.dtype, rows: int, vocab: int, reps: int, g: torch.Gener
     out = []
     for k, sec in med.items():
         bw = moved[k] / sec if k in moved else None
-        out.append({"dtype": name, "shape": [rows, vocab], "contender": k, "median_ms": sec * 1e3,
-                    "bytes": moved.get(k), "GBps": bw / 1e9 if bw else None, "x_copy_bw": bw / copy_bw if bw else None})
+        out.append(
+            {
+                "dtype": name,
+                "shape": [rows, vocab],
+                "contender": k,
+                "median_ms": sec * 1e3,
+                "bytes": moved.get(k),
+                "GBps": bw / 1e9 if bw else None,
+                "x_copy_bw": bw / copy_bw if bw else None,
+            }
+        )
     ratio = {k: moved[k] / med[k] / copy_bw for k in moved if k.startswith("rl token_logprobs")}
-    out.append({"dtype": name, "summary": True,
-                "token_logprobs_x_copy_bw": ratio["rl token_logprobs (op)"],
-                "token_logprobs_api_novalidate_x_copy_bw": ratio["rl token_logprobs (API, validate=False)"],
-                "token_logprobs_api_x_copy_bw": ratio["rl token_logprobs (API)"],
-                "token_logprobs_speedup_vs_torch": med["torch log_softmax(x.float()).gather"]
-                / med["rl token_logprobs (op)"],
-                "log_softmax_speedup_vs_torch": med["torch log_softmax(x.float())"] / med["rl log_softmax"]})
+    out.append(
+        {
+            "dtype": name,
+            "summary": True,
+            "token_logprobs_x_copy_bw": ratio["rl token_logprobs (op)"],
+            "token_logprobs_api_novalidate_x_copy_bw": ratio["rl token_logprobs (API, validate=False)"],
+            "token_logprobs_api_x_copy_bw": ratio["rl token_logprobs (API)"],
+            "token_logprobs_speedup_vs_torch": med["torch log_softmax(x.float()).gather"]
+            / med["rl token_logprobs (op)"],
+            "log_softmax_speedup_vs_torch": med["torch log_softmax(x.float())"] / med["rl log_softmax"],
+        }
+    )
     return out
 
 
@@ -100,16 +114,22 @@ def main() -> int:
     print(f"{'dtype':<9}{'contender':<42}{'median ms':>10}{'GB/s':>9}{'x copy':>8}")
     for r in results:
         if r.get("summary"):
-            print(f"{r['dtype']:<9}token_logprobs: {r['token_logprobs_x_copy_bw']:.3f} x copy bandwidth (API "
-                  f"{r['token_logprobs_api_novalidate_x_copy_bw']:.3f}, validating ids "
-                  f"{r['token_logprobs_api_x_copy_bw']:.3f}), {r['token_logprobs_speedup_vs_torch']:.2f} x torch; "
-                  f"log_softmax {r['log_softmax_speedup_vs_torch']:.2f} x torch")
+            print(
+                f"{r['dtype']:<9}token_logprobs: {r['token_logprobs_x_copy_bw']:.3f} x copy bandwidth (API "
+                f"{r['token_logprobs_api_novalidate_x_copy_bw']:.3f}, validating ids "
+                f"{r['token_logprobs_api_x_copy_bw']:.3f}), {r['token_logprobs_speedup_vs_torch']:.2f} x torch; "
+                f"log_softmax {r['log_softmax_speedup_vs_torch']:.2f} x torch"
+            )
             continue
         gb = f"{r['GBps']:.0f}" if r["GBps"] else "-"
         xc = f"{r['x_copy_bw']:.3f}" if r["x_copy_bw"] else "-"
         print(f"{r['dtype']:<9}{r['contender']:<42}{r['median_ms']:>10.3f}{gb:>9}{xc:>8}")
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "reps": args.reps}
+    meta = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "reps": args.reps,
+    }
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)

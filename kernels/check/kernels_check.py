@@ -41,9 +41,12 @@ CUDA_TARGETS = [("sm_90", ["-arch=sm_90"]), ("sm_80", ["-arch=sm_80"])]
 # Fused multiply-add in any AMD encoding (contracted a*b+c), and hardware
 # transcendental/division helpers whose results differ between vendors.
 AMD_FMA = re.compile(
-    r"\bv_(?:pk_)?(?:fma|fmac|mac|mad|fmaak|fmamk|madak|madmk)(?:_mix\w*|_legacy)?_f32\b|\bv_(?:fma|mad)_mix"
+    r"\bv_(?:pk_)?(?:fma|fmac|mac|mad|fmaak|fmamk|madak|madmk)(?:_mix\w*|_legacy)?_f32(?:_e32|_e64|_dpp|_sdwa)?\b"
+    r"|\bv_(?:fma|mad)_mix"
 )
-AMD_VENDOR_MATH = re.compile(r"\bv_(?:exp|log|rcp|rsq|sqrt|sin|cos)(?:_legacy)?_f32\b|\bv_div_\w+|__ocml_|__ockl_")
+AMD_VENDOR_MATH = re.compile(
+    r"\bv_(?:exp|log|rcp|rsq|sqrt|sin|cos)(?:_legacy)?_f32(?:_e32|_e64|_dpp|_sdwa)?\b|\bv_div_\w+|__ocml_|__ockl_"
+)
 AMD_CALL = re.compile(r"\bs_swappc_b64\b|\bs_call_b64\b")
 PTX_FMA = re.compile(r"\b(?:fma|mad)(?:\.\w+)*\.f32\b")
 # An add/sub/mul without a rounding modifier may be contracted by ptxas.
@@ -104,8 +107,21 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 def check_hip(clang: str, target: str, arch_flags: list[str], extra: list[str], tmp: Path) -> TargetResult:
     out = tmp / f"{target}.s"
-    cmd = [clang, "-x", "hip", *arch_flags, "--rocm-path=/usr", "-nogpulib", "--cuda-device-only", "-S",
-           *build_flags.HIP_FLAGS, *extra, str(SOURCE), "-o", str(out)]
+    cmd = [
+        clang,
+        "-x",
+        "hip",
+        *arch_flags,
+        "--rocm-path=/usr",
+        "-nogpulib",
+        "--cuda-device-only",
+        "-S",
+        *build_flags.HIP_FLAGS,
+        *extra,
+        str(SOURCE),
+        "-o",
+        str(out),
+    ]
     proc = run(cmd)
     if proc.returncode != 0:
         return TargetResult(target, clang, False, error=proc.stderr.strip()[-2000:])
@@ -146,8 +162,16 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
         sbodies = {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
         sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH})
         sv += [f"{name}: call: {c}" for name, body in sbodies.items() for c in sass_calls(body)[:3]]
-        results.append(TargetResult(f"{target}-sass", "nvcc+cuobjdump", bool(sbodies) and not sv, len(sbodies), sv,
-                                    "" if sbodies else (proc.stderr.strip()[-500:] or "no SASS functions found")))
+        results.append(
+            TargetResult(
+                f"{target}-sass",
+                "nvcc+cuobjdump",
+                bool(sbodies) and not sv,
+                len(sbodies),
+                sv,
+                "" if sbodies else (proc.stderr.strip()[-500:] or "no SASS functions found"),
+            )
+        )
     return results
 
 
@@ -190,8 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     for m in optional:
         print(f"  skipped (not installed): {m}")
     if args.json:
-        args.json.write_text(json.dumps({"extra_flags": extra, "results": [asdict(r) for r in results],
-                                         "missing": missing}, indent=1))
+        args.json.write_text(
+            json.dumps({"extra_flags": extra, "results": [asdict(r) for r in results], "missing": missing}, indent=1)
+        )
     if any(not r.ok for r in results):
         return 1
     return 2 if missing else 0

@@ -1,0 +1,56 @@
+# rlparity: `make run` (the main job) and `make test` (all tests) on a fresh machine.
+# Uses the active python3 when it can import torch; otherwise creates .venv with
+# the pinned CPU torch (see ../shared/environment.md and requirements-cpu.txt).
+
+SHELL := /bin/bash
+PYTHON_SYS ?= python3
+HAVE_TORCH := $(shell $(PYTHON_SYS) -c 'import torch' >/dev/null 2>&1 && echo yes)
+ifeq ($(HAVE_TORCH),yes)
+  PY := $(PYTHON_SYS)
+  ENV_STAMP :=
+else
+  PY := .venv/bin/python
+  ENV_STAMP := .venv/.stamp
+endif
+
+SOURCES := $(wildcard kernels/rl_kernel/csrc/*) setup.py pyproject.toml
+BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
+JOBS ?= auto
+
+.PHONY: all build run test lint kernels-check selfcheck clean
+
+all: test
+
+.venv/.stamp: requirements-cpu.txt
+	$(PYTHON_SYS) -m venv .venv
+	.venv/bin/python -m pip install -q --upgrade pip
+	.venv/bin/python -m pip install -q -r requirements-cpu.txt
+	touch $@
+
+# Builds rl_kernel._C in place: the CPU reference always, CUDA/HIP when torch has them.
+$(BUILD_STAMP): $(ENV_STAMP) $(SOURCES)
+	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-build-isolation --no-deps -e .
+	@mkdir -p build && touch $@
+
+build: $(BUILD_STAMP)
+
+# The main job (for now): the bitwise self-check of the kernels on this machine's devices.
+run: build
+	$(PY) -m rl_kernel.selfcheck
+
+selfcheck: run
+
+test: build
+	$(PY) -m pytest -n $(JOBS) tests
+
+lint: build
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+# Static proof for GPU targets we cannot run (clang 19 for AMD, nvcc for NVIDIA).
+kernels-check: $(ENV_STAMP)
+	$(PY) kernels/check/kernels_check.py
+
+clean:
+	rm -rf build kernels/rl_kernel/_C*.so *.egg-info .pytest_cache
