@@ -15,8 +15,9 @@ import json
 import statistics
 import sys
 
-import rl_kernel
 import torch
+
+import rl_kernel
 
 
 def bench(contenders: dict, reps: int, warmup: int = 3) -> dict[str, float]:

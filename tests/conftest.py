@@ -8,8 +8,9 @@ A test marked `@pytest.mark.gpu` is skipped on a machine without a CUDA/ROCm GPU
 from __future__ import annotations
 
 import pytest
-import rl_kernel
 import torch
+
+import rl_kernel
 
 NO_GPU = "no CUDA/ROCm GPU on this machine"
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)

@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import rl_kernel
 import torch
+
+import rl_kernel
 from rl_kernel import inputs
 from rl_kernel.bitwise import digest
 

@@ -11,8 +11,9 @@ import math
 from collections.abc import Callable
 
 import pytest
-import rl_kernel
 import torch
+
+import rl_kernel
 from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal, diff, int_view
 
