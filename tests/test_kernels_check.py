@@ -24,6 +24,8 @@ CLANG = kernels_check.find_clang()
 if CLANG is None and os.environ.get("CI") == "true":
     raise RuntimeError("clang++-19 is missing in CI: .ci/run must install clang-19 llvm-19 lld-19 libamdhip64-dev")
 needs_clang = pytest.mark.skipif(CLANG is None, reason="clang++-19 not installed (apt-get install clang-19)")
+if shutil.which("nvcc") is None and os.environ.get("CI") == "true":
+    raise RuntimeError("nvcc is missing in CI: the CUDA half of kernels-check cannot run")
 
 
 def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
