@@ -31,7 +31,6 @@
 #else
 #define RL_UNROLL(n)
 #endif
-#define RL_STR(x) #x
 #define RL_UNROLL_N(n) RL_UNROLL(unroll n)
 
 // How many chunks of a lane loop are unrolled (loads issued ahead); tuning only.
