@@ -7,8 +7,10 @@ or GPU_TARGETS (default gfx90a;gfx942;gfx1100).
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
+import subprocess
 from pathlib import Path
 
 import torch
@@ -47,4 +49,39 @@ def extension():
     )
 
 
-setup(ext_modules=[extension()], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
+def _output_line(cmd: list[str], last: bool = False) -> str:
+    """One line of a command's output ('' if it cannot run): compiler versions and the git revision."""
+    try:
+        lines = subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return (lines[-1] if last else lines[0]) if lines else ""
+
+
+def _device_compiler() -> str:
+    if torch.version.hip:
+        return _output_line(["hipcc", "--version"])
+    return _output_line(["nvcc", "--version"], last=True) if torch.version.cuda else ""
+
+
+def write_build_record(ext) -> None:
+    """kernels/rl_kernel/_build.json: compilers, flags, targets and revision; the fingerprint reads it."""
+    args = ext.extra_compile_args
+    record = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "cxx": _output_line([os.environ.get("CXX", "c++"), "--version"]),
+        "cxx_flags": args["cxx"] if isinstance(args, dict) else args,
+        "device_compiler": _device_compiler(),
+        "device_flags": args.get("nvcc", []) if isinstance(args, dict) else [],
+        "cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
+        "rocm_arch": os.environ.get("PYTORCH_ROCM_ARCH", "") if torch.version.hip else "",
+        "revision": os.environ.get("RLPARITY_REVISION") or _output_line(["git", "-C", str(ROOT), "rev-parse", "HEAD"]),
+    }
+    (ROOT / "kernels/rl_kernel/_build.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+ext = extension()
+write_build_record(ext)
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})

@@ -1,4 +1,4 @@
-"""The CPU build of rl_kernel equals the contract's numpy transcription (tests/spec_reference.py) bit for bit.
+"""The CPU build of rl_kernel equals the contract's numpy transcription (rl_kernel/reference.py) bit for bit.
 
 Every equality here compares integer views (never allclose). Accuracy claims of the contract's exp and
 log against float64 are checked with explicit, measured bounds. A negative control shows that a
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import spec_reference as S
+import rl_kernel.reference as S
 import torch
 
 import rl_kernel
@@ -112,7 +112,7 @@ def cpu_results(x: torch.Tensor, t: torch.Tensor, w_lsm: torch.Tensor, w_row: to
 
 
 def spec_row(xr: np.ndarray, tok: int, g_lsm: np.ndarray, g_row: np.float32, dtype: torch.dtype) -> dict:
-    """The contract's results for one row (integer bits), computed by spec_reference."""
+    """The contract's results for one row (integer bits), computed by rl_kernel.reference."""
     st = S.row_stats(xr)
     lsm = S.logprob(xr, st)
     h = S.entropy(xr, st)

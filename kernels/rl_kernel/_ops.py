@@ -3,15 +3,25 @@ implementations, so they trace under torch.compile and meta tensors."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-try:
-    from rl_kernel import _C  # noqa: F401  (registers torch.ops.rl_kernel)
-except ImportError as exc:  # pragma: no cover - exercised only on a broken install
-    raise ImportError(
-        "rl_kernel's compiled extension is missing. Build it from the repository root with "
-        "`make build` (or `pip install --no-build-isolation -e .`)."
-    ) from exc
+# RL_KERNEL_LIBRARY loads another build of the same operators instead of _C: the harness's
+# negative controls (rlparity selftest) use it to run a deliberately wrong build in a fresh process.
+_library = os.environ.get("RL_KERNEL_LIBRARY")
+if _library:
+    if not os.path.isfile(_library):
+        raise ImportError(f"RL_KERNEL_LIBRARY={_library!r} is not a file")
+    torch.ops.load_library(_library)
+else:
+    try:
+        from rl_kernel import _C  # noqa: F401  (registers torch.ops.rl_kernel)
+    except ImportError as exc:  # pragma: no cover - exercised only on a broken install
+        raise ImportError(
+            "rl_kernel's compiled extension is missing. Build it from the repository root with "
+            "`make build` (or `pip install --no-build-isolation -e .`)."
+        ) from exc
 
 ops = torch.ops.rl_kernel
 

@@ -97,7 +97,7 @@ def _f32(x) -> np.ndarray:
     """x as a float32 array; refuses anything that is not already binary32 (no silent rounding)."""
     a = np.asarray(x)
     if a.dtype != np.float32:
-        raise TypeError(f"spec_reference: expected float32, got {a.dtype}")
+        raise TypeError(f"rl_kernel.reference: expected float32, got {a.dtype}")
     return a
 
 
@@ -164,7 +164,7 @@ def row_to_f32(row: torch.Tensor) -> np.ndarray:
         return from_bf16_bits(row.view(torch.int16).numpy().view(np.uint16))
     if row.dtype == torch.float16:
         return from_f16_bits(row.view(torch.int16).numpy().view(np.uint16))
-    raise TypeError(f"spec_reference: unsupported dtype {row.dtype}")
+    raise TypeError(f"rl_kernel.reference: unsupported dtype {row.dtype}")
 
 
 # ---- output conversion (round to nearest even, canonical NaN) ---------------------
@@ -209,7 +209,7 @@ def store_bits(x, dtype: torch.dtype) -> np.ndarray:
         return to_bf16_bits(x)
     if dtype == torch.float16:
         return to_f16_bits(x)
-    raise TypeError(f"spec_reference: unsupported dtype {dtype}")
+    raise TypeError(f"rl_kernel.reference: unsupported dtype {dtype}")
 
 
 # ---- exp -----------------------------------------------------------------------------

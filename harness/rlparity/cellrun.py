@@ -1,0 +1,104 @@
+"""Inside a cell: `python -m rlparity.cellrun CELL_JSON OUT_DIR`, in a fresh process whose env the backend
+set before python started. Fingerprints the environment, runs the bitwise suite (pytest, --junitxml) and
+writes result.json. Exit code: 0 passed or skipped, 1 a bitwise mismatch, 2 the cell errored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlparity import fingerprint, inventory, results
+from rlparity.applicability import skip_reason
+from rlparity.matrix import Cell
+from rlparity.suite.plugin import SuitePlugin
+
+SUITE_DIR = Path(__file__).parent / "suite"
+EXIT = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
+
+
+class _Outcomes:
+    """Per-test durations and the first failure's text, for result.json."""
+
+    def __init__(self) -> None:
+        self.durations: dict[str, float] = {}
+        self.failures: list[str] = []
+
+    def pytest_runtest_logreport(self, report) -> None:
+        name = report.nodeid.split("::")[-1]
+        self.durations[name] = round(self.durations.get(name, 0.0) + report.duration, 4)
+        if report.failed:
+            text = [ln for ln in report.longreprtext.strip().splitlines() if ln.startswith("E ")]
+            self.failures.append(f"{name} ({report.when}): {text[0][2:].strip() if text else 'failed'}")
+
+
+def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult:
+    started, t0 = results.now(), time.monotonic()
+    fp = fingerprint.collect()
+    fp_hash = fingerprint.fingerprint_hash(fp)
+    reason = skip_reason(cell, inventory.probe())
+    if reason:
+        res = results.skipped(cell, reason)
+        res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, variant
+        return res
+    plugin, outcomes = SuitePlugin(cell, variant), _Outcomes()
+    code = pytest.main(
+        [
+            str(SUITE_DIR / "test_bitwise.py"),
+            "-c",
+            str(SUITE_DIR / "pytest.ini"),
+            "--rootdir",
+            str(SUITE_DIR),
+            "-q",
+            f"--junitxml={out / results.JUNIT_FILE}",
+            "-o",
+            f"junit_suite_name={cell.id}",
+        ],
+        plugins=[plugin, outcomes],
+    )
+    rec = plugin.recorder
+    comparisons = [c.to_dict() for c in rec.comparisons]
+    mismatch = next((c for c in comparisons if not c["equal"] and not c["informational"]), None)
+    if code == pytest.ExitCode.OK:
+        status, why = "passed", ""
+    elif code == pytest.ExitCode.TESTS_FAILED and mismatch is not None:
+        status, why = "failed", f"bitwise mismatch in {mismatch['name']}"
+    else:
+        status = "error"
+        why = outcomes.failures[0] if outcomes.failures else f"the suite exited with pytest code {int(code)}"
+    return results.CellResult(
+        cell,
+        status,
+        why,
+        variant=variant,
+        fingerprint=fp,
+        fingerprint_hash=fp_hash,
+        digests=rec.digests,
+        comparisons=comparisons,
+        timings={"wall_s": round(time.monotonic() - t0, 3), "tests": outcomes.durations},
+        started=started,
+        finished=results.now(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m rlparity.cellrun CELL_JSON OUT_DIR", file=sys.stderr)
+        return 2
+    cell = Cell.from_dict(json.loads(Path(argv[0]).read_text()))
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    res = run_cell(cell, out, os.environ.get("RLPARITY_VARIANT", "none"))
+    results.write(res, out)
+    print(f"[rlparity] {cell.id}: {res.status.upper()} {res.reason}", flush=True)
+    return EXIT[res.status]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Reading the harness's TOML files with errors that name the file, the line and the key.
+
+tomllib gives no positions for values, so `TomlFile.line_of` finds a key's line in the text by
+walking the table headers: good enough to point a person at the right line of a hand-written file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+MATRICES_DIR = REPO / "harness" / "matrices"
+IMAGES_FILE = REPO / "docker" / "images.toml"
+GOLDEN_DIR = REPO / "harness" / "golden"
+
+
+class ConfigError(Exception):
+    """Bad configuration (gate exit code 3): names the file, the line and the key where it can."""
+
+    def __init__(self, message: str, path: Path | str | None = None, line: int | None = None, key: str = ""):
+        self.path, self.line, self.key = path, line, key
+        where = f"{path}:{line}" if path and line else (str(path) if path else "")
+        prefix = ": ".join(p for p in (where, key) if p)
+        super().__init__(f"{prefix}: {message}" if prefix else message)
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
+
+
+@dataclass(frozen=True)
+class TomlFile:
+    path: Path
+    text: str
+    data: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: Path | str) -> TomlFile:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror}", path) from exc
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            line = getattr(exc, "lineno", None) or _line_from_message(str(exc))
+            raise ConfigError(f"not valid TOML: {exc}", path, line) from exc
+        return cls(path, text, data)
+
+    def line_of(self, table: str, key: str | None = None, index: int = 0) -> int | None:
+        """Line (1-based) of `key` inside the index-th `[table]` / `[[table]]` (the header if key is None)."""
+        seen, inside = -1, False
+        key_re = re.compile(rf"^\s*\"?{re.escape(key)}\"?\s*=") if key else None
+        for n, line in enumerate(self.text.splitlines(), 1):
+            head = _HEADER.match(line)
+            if head:
+                name = head.group(2).replace('"', "")
+                inside = name == table and (seen := seen + 1) == index
+                if inside and key_re is None:
+                    return n
+                continue
+            if inside and key_re and key_re.match(line):
+                return n
+        if key_re and not table:  # top-level key
+            return next((n for n, ln in enumerate(self.text.splitlines(), 1) if key_re.match(ln)), None)
+        return None
+
+    def error(self, message: str, table: str, key: str | None = None, index: int = 0) -> ConfigError:
+        where = f"{table}.{key}" if key else table
+        return ConfigError(message, self.path, self.line_of(table, key, index), where)
+
+    def check_keys(self, section: dict, allowed: set[str], table: str, index: int = 0) -> None:
+        """Unknown keys are errors, not silently ignored."""
+        for key in section:
+            if key not in allowed:
+                raise self.error(f"unknown key (allowed: {', '.join(sorted(allowed))})", table, key, index)
+
+    def require(self, section: dict, key: str, kind: type | tuple[type, ...], table: str, index: int = 0) -> Any:
+        if key not in section:
+            raise ConfigError(f"missing required key {key!r}", self.path, self.line_of(table, None, index), table)
+        return self.typed(section, key, kind, table, index)
+
+    def typed(self, section: dict, key: str, kind: type | tuple[type, ...], table: str, index: int = 0) -> Any:
+        value = section[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.error(f"must be {names}, got {type(value).__name__} {value!r}", table, key, index)
+        return value
+
+
+def _line_from_message(message: str) -> int | None:
+    m = re.search(r"line (\d+)", message)
+    return int(m.group(1)) if m else None
+
+
+def as_list(value: Any) -> list:
+    """A rule's value may be one string or a list of strings."""
+    return list(value) if isinstance(value, list) else [value]

@@ -1,0 +1,57 @@
+"""The gate: one exit code from all cell results (documented in README).
+
+0 every required cell passed; 1 a bitwise mismatch (in a required cell, or two required cells that must
+agree gave different digests); 2 a required cell errored (crash, timeout, OOM, lost container), or with
+--strict could not run; 3 bad configuration (raised before any cell runs). Informational cells never
+change the exit code.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from rlparity.results import CellResult
+
+OK, MISMATCH, ERROR, CONFIG = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: int
+    reasons: tuple[str, ...]
+
+
+def digest_disagreements(all_results: list[CellResult]) -> list[str]:
+    """Cells that did the same work must produce the same digests: across env profiles and placements
+    always, and across targets too in the exact tier (the fast tier is per target)."""
+    groups: dict[tuple, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in all_results:
+        if r.status not in ("passed", "failed") or not r.cell.required or r.variant != "none":
+            continue
+        scope = () if r.cell.tier == "exact" else (r.cell.target,)
+        for name, dig in r.digests.items():
+            groups[(r.cell.tier, r.cell.dtype, r.cell.seed, name, *scope)][dig].append(r.cell.id)
+    out = []
+    for (tier, dtype, _seed, name, *scope), by_digest in sorted(groups.items()):
+        if len(by_digest) > 1:
+            parts = "; ".join(f"{d[:12]}: {', '.join(ids)}" for d, ids in sorted(by_digest.items()))
+            where = f" on {scope[0]}" if scope else ""
+            out.append(f"{tier} {dtype} {name}{where} differs between cells: {parts}")
+    return out
+
+
+def decide(all_results: list[CellResult], strict: bool = False) -> Verdict:
+    required = [r for r in all_results if r.cell.required]
+    mismatched = [f"{r.cell.id}: {r.reason}" for r in required if r.status == "failed"]
+    mismatched += digest_disagreements(all_results)
+    errored = [f"{r.cell.id}: {r.reason}" for r in required if r.status == "error"]
+    if strict:
+        errored += [
+            f"{r.cell.id}: required but not run (--strict): {r.reason}" for r in required if r.status == "skipped"
+        ]
+    if mismatched:
+        return Verdict(MISMATCH, tuple(mismatched + errored))
+    if errored:
+        return Verdict(ERROR, tuple(errored))
+    return Verdict(OK, ())

@@ -1,0 +1,139 @@
+"""What devices this host (or container) has: probed once, in a fresh process, before cells are scheduled.
+
+`python -m rlparity.inventory` prints the inventory as JSON; the local backend runs it with a clean env,
+the docker backend inside the image. Die pairs (two dies of one package, e.g. the two GCDs of an MI250X)
+come from the KFD topology, not from device indices.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
+XGMI_LINK = 11  # io_link type for xGMI in the KFD topology
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int  # as torch enumerates it (the value for CUDA/HIP_VISIBLE_DEVICES)
+    platform: str  # cuda or rocm
+    name: str
+    arch: str  # sm_90, gfx942, ...
+    wave: int
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: tuple[Device, ...] = ()
+    die_pairs: tuple[tuple[int, int], ...] = ()  # device indices sharing a package
+    rl_kernel_gpu: bool = False  # the rl_kernel build carries GPU kernels
+    error: str = ""  # why probing failed, if it did
+
+    def matching(self, platform: str, arch: str) -> list[Device]:
+        return [d for d in self.devices if d.platform == platform and d.arch == arch]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Inventory:
+        return cls(
+            tuple(Device(**x) for x in d.get("devices", ())),
+            tuple(tuple(p) for p in d.get("die_pairs", ())),
+            bool(d.get("rl_kernel_gpu", False)),
+            d.get("error", ""),
+        )
+
+
+def normalise_arch(gcn_arch_name: str) -> str:
+    """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
+    return gcn_arch_name.split(":")[0]
+
+
+def probe() -> Inventory:
+    """Ask torch (in this process) what it sees."""
+    import torch
+
+    devices = []
+    if torch.cuda.is_available():
+        platform = "rocm" if torch.version.hip else "cuda"
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            arch = normalise_arch(getattr(p, "gcnArchName", "")) if platform == "rocm" else f"sm_{p.major}{p.minor}"
+            devices.append(Device(i, platform, p.name, arch, int(getattr(p, "warp_size", 0) or 0)))
+    pairs = die_pairs(read_kfd_topology()) if any(d.platform == "rocm" for d in devices) else ()
+    try:
+        from rl_kernel._ops import has_gpu_kernels
+
+        gpu = has_gpu_kernels()
+    except ImportError:
+        gpu = False
+    return Inventory(tuple(devices), tuple(pairs), gpu)
+
+
+def read_kfd_topology(root: Path = KFD_NODES) -> list[dict]:
+    """GPU nodes of the KFD topology: [{'node': n, 'location_id': .., 'links': {node: (type, weight)}}]."""
+    nodes = []
+    if not root.is_dir():
+        return nodes
+    for node_dir in sorted(root.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1):
+        props = _kv(node_dir / "properties")
+        if props.get("simd_count", 0) == 0:  # a CPU node
+            continue
+        links = {}
+        for link in sorted((node_dir / "io_links").glob("*")):
+            lp = _kv(link / "properties")
+            links[lp.get("node_to", -1)] = (lp.get("type", 0), lp.get("weight", 0))
+        nodes.append({"node": int(node_dir.name), "location_id": props.get("location_id", 0), "links": links})
+    return nodes
+
+
+def _kv(path: Path) -> dict[str, int]:
+    out = {}
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().lstrip("-").isdigit():
+                out[key] = int(value)
+    except OSError:
+        pass
+    return out
+
+
+def die_pairs(gpu_nodes: list[dict]) -> list[tuple[int, int]]:
+    """Pairs of GPU indices (in KFD order, which is HIP's) joined by the lightest xGMI link.
+
+    Two GCDs of one MI250X package share the lightest (in-package) xGMI link; links between packages are
+    heavier. Each GPU pairs with at most one other; GPUs without xGMI (Radeon, PCIe-only) pair with none.
+    """
+    index_of = {n["node"]: i for i, n in enumerate(gpu_nodes)}
+    candidates = []
+    for n in gpu_nodes:
+        for to, (kind, weight) in n["links"].items():
+            if kind == XGMI_LINK and to in index_of and index_of[to] > index_of[n["node"]]:
+                candidates.append((weight, index_of[n["node"]], index_of[to]))
+    if not candidates:
+        return []
+    lightest = min(w for w, _, _ in candidates)
+    pairs, used = [], set()
+    for w, a, b in sorted(candidates):
+        if w == lightest and a not in used and b not in used:
+            pairs.append((a, b))
+            used |= {a, b}
+    return pairs
+
+
+def main() -> int:
+    try:
+        inv = probe()
+    except Exception as exc:  # report, do not crash the scheduler: it turns this into skip reasons
+        inv = Inventory(error=f"{type(exc).__name__}: {exc}")
+    json.dump(inv.to_dict(), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

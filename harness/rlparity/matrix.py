@@ -1,0 +1,350 @@
+"""Matrix file (TOML) -> the list of cells to run: load, validate, expand, filter.
+
+Pure logic: no processes, no devices. The values an axis may take (targets, env profiles, shape sets)
+are data in harness/matrices/axes.toml; images come from docker/images.toml.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import itertools
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as_list
+
+AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
+PLACEMENTS = ("single", "dual-die", "split")
+DTYPES = ("fp32", "bf16", "fp16")
+TIERS = ("exact", "fast")
+PLATFORMS = ("cpu", "cuda", "rocm")
+LOCAL_IMAGE = "local"  # the local backend runs every cell on the host: the image axis collapses to this
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    platform: str
+    arch: str = ""
+    wave: int = 0
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    platforms: tuple[str, ...]
+    env: dict[str, str]
+    targets: tuple[str, ...] = ()  # empty: every target of its platforms
+    env_by_target: dict[str, dict[str, str]] = field(default_factory=dict)
+    description: str = ""
+
+    def applies_to(self, target: Target) -> bool:
+        return target.platform in self.platforms and (not self.targets or target.name in self.targets)
+
+    def env_for(self, target: str) -> dict[str, str]:
+        return {**self.env, **self.env_by_target.get(target, {})}
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    flavour: str
+    targets: tuple[str, ...]
+    reference: str  # base:tag or base@sha256:...
+    digest: str
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Everything a matrix may name."""
+
+    targets: dict[str, Target]
+    profiles: dict[str, Profile]
+    shapes: dict[str, tuple[tuple[int, int, int], ...]]
+    images: dict[str, Image]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One bitwise check: a point of the matrix, run in its own process or container."""
+
+    image: str
+    target: str
+    profile: str
+    placement: str
+    dtype: str
+    shapes: str
+    tier: str
+    required: bool = True
+    platform: str = "cpu"
+    arch: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    shape_list: tuple[tuple[int, int, int], ...] = ()
+    timeout_s: float = 300.0
+    repeats: int = 3
+    seed: int = 0
+
+    @property
+    def id(self) -> str:
+        return "/".join(getattr(self, a) for a in AXES)
+
+    @property
+    def dirname(self) -> str:
+        """A file-system name for the cell's result directory."""
+        return self.id.replace("/", "__")
+
+    def axis(self, name: str) -> str:
+        return getattr(self, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["id"] = self.id
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Cell:
+        d = {k: v for k, v in d.items() if k != "id"}
+        d["shape_list"] = tuple(tuple(s) for s in d.get("shape_list", ()))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    path: Path
+    description: str
+    cells: tuple[Cell, ...]
+
+
+# ---- loading ------------------------------------------------------------------------------------
+def resolve_matrix_path(name_or_path: str) -> Path:
+    """`--matrix quick` means harness/matrices/quick.toml; anything with a slash or .toml is a path."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        path = Path(name_or_path)
+    else:
+        path = MATRICES_DIR / f"{name_or_path}.toml"
+        if not path.exists():
+            known = sorted(p.stem for p in MATRICES_DIR.glob("*.toml") if p.stem != "axes")
+            raise ConfigError(f"no matrix named {name_or_path!r} (known: {', '.join(known)})", path)
+    if not path.exists():
+        raise ConfigError("matrix file does not exist", path)
+    return path
+
+
+def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = IMAGES_FILE) -> Axes:
+    f = TomlFile.load(axes_path)
+    f.check_keys(f.data, {"targets", "profiles", "shapes"}, "")
+    targets = {}
+    for name, t in f.data.get("targets", {}).items():
+        table = f"targets.{name}"
+        f.check_keys(t, {"platform", "arch", "wave", "description"}, table)
+        platform = f.require(t, "platform", str, table)
+        if platform not in PLATFORMS:
+            raise f.error(f"unknown platform {platform!r} (known: {', '.join(PLATFORMS)})", table, "platform")
+        targets[name] = Target(name, platform, t.get("arch", ""), t.get("wave", 0), t.get("description", ""))
+    profiles = {}
+    for name, p in f.data.get("profiles", {}).items():
+        table = f"profiles.{name}"
+        f.check_keys(p, {"platforms", "env", "targets", "env_by_target", "description"}, table)
+        platforms = tuple(f.require(p, "platforms", list, table))
+        for bad in set(platforms) - set(PLATFORMS):
+            raise f.error(f"unknown platform {bad!r}", table, "platforms")
+        for bad in set(p.get("targets", ())) - set(targets):
+            raise f.error(f"unknown target {bad!r}", table, "targets")
+        env = {k: str(v) for k, v in p.get("env", {}).items()}
+        by_target = {t: {k: str(v) for k, v in e.items()} for t, e in p.get("env_by_target", {}).items()}
+        profiles[name] = Profile(name, platforms, env, tuple(p.get("targets", ())), by_target, p.get("description", ""))
+    shapes = {}
+    for name, s in f.data.get("shapes", {}).items():
+        table = f"shapes.{name}"
+        f.check_keys(s, {"shapes", "description"}, table)
+        lst = f.require(s, "shapes", list, table)
+        if not lst or not all(
+            isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v > 0 for v in x) for x in lst
+        ):
+            raise f.error("must be a non-empty list of [batch, seq, vocab] positive integers", table, "shapes")
+        shapes[name] = tuple(tuple(x) for x in lst)
+    return Axes(targets, profiles, shapes, load_images(images_path))
+
+
+def load_images(path: Path = IMAGES_FILE) -> dict[str, Image]:
+    if not path.exists():
+        return {}
+    f = TomlFile.load(path)
+    f.check_keys(f.data, {"images"}, "")
+    allowed = {"flavour", "base", "tag", "digest", "digest_source", "rocm", "torch", "python", "targets"}
+    images = {}
+    for name, e in f.data.get("images", {}).items():
+        table = f"images.{name}"
+        f.check_keys(e, allowed | {"description"}, table)
+        base, tag, digest = f.require(e, "base", str, table), f.require(e, "tag", str, table), e.get("digest", "")
+        if digest and not digest.startswith("sha256:"):
+            raise f.error("must look like sha256:<64 hex digits>", table, "digest")
+        ref = f"{base}@{digest}" if digest else f"{base}:{tag}"
+        images[name] = Image(name, f.require(e, "flavour", str, table), tuple(e.get("targets", ())), ref, digest)
+    return images
+
+
+_MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}
+
+
+def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "local") -> Matrix:
+    """Load and expand a matrix file. With the local backend the image axis collapses to 'local'."""
+    path = resolve_matrix_path(name_or_path)
+    axes = axes or load_axes()
+    f = TomlFile.load(path)
+    f.check_keys(f.data, {"matrix", "axes", "include", "exclude", "informational"}, "")
+    meta = f.data.get("matrix", {})
+    f.check_keys(meta, _MATRIX_KEYS, "matrix")
+    timeout = float(f.typed(meta, "timeout_s", (int, float), "matrix")) if "timeout_s" in meta else 300.0
+    repeats = f.typed(meta, "repeats", int, "matrix") if "repeats" in meta else 3
+    seed = f.typed(meta, "seed", int, "matrix") if "seed" in meta else 0
+    if timeout <= 0 or repeats < 2:
+        raise f.error("timeout_s must be > 0 and repeats >= 2", "matrix")
+
+    known = _known_values(axes)
+    raw_axes = f.data.get("axes")
+    if not isinstance(raw_axes, dict):
+        raise ConfigError("missing [axes] table", path, None, "axes")
+    f.check_keys(raw_axes, set(AXES), "axes")
+    values = {}
+    for axis in AXES:
+        vals = f.require(raw_axes, axis, list, "axes")
+        if not vals:
+            raise f.error("must list at least one value", "axes", axis)
+        _check_values(f, axis, vals, known, "axes", 0)
+        values[axis] = vals
+    rules = {kind: _load_rules(f, kind, known) for kind in ("include", "exclude", "informational")}
+
+    points = [dict(zip(AXES, combo, strict=True)) for combo in itertools.product(*(values[a] for a in AXES))]
+    points += [rule for rule in rules["include"]]
+    cells: dict[str, Cell] = {}
+    for p in points:
+        if any(_matches(rule, p) for rule in rules["exclude"]):
+            continue
+        cell = _make_cell(p, axes, backend, timeout, repeats, seed)
+        if cell is None:
+            continue
+        required = not any(_matches(rule, p) for rule in rules["informational"])
+        cell = Cell(**{**asdict(cell), "required": required})
+        cells.setdefault(cell.id, cell)
+    return Matrix(path.stem, path, meta.get("description", ""), tuple(cells.values()))
+
+
+def _known_values(axes: Axes) -> dict[str, tuple[str, ...]]:
+    return {
+        "image": (*tuple(axes.images), LOCAL_IMAGE),
+        "target": tuple(axes.targets),
+        "profile": tuple(axes.profiles),
+        "placement": PLACEMENTS,
+        "dtype": DTYPES,
+        "shapes": tuple(axes.shapes),
+        "tier": TIERS,
+    }
+
+
+def _check_values(f: TomlFile, axis: str, vals: list, known: dict, table: str, index: int) -> None:
+    for v in vals:
+        if not isinstance(v, str):
+            raise f.error(f"values must be strings, got {v!r}", table, axis, index)
+        if v not in known[axis]:
+            raise f.error(f"unknown {axis} {v!r} (known: {', '.join(known[axis])})", table, axis, index)
+
+
+def _load_rules(f: TomlFile, kind: str, known: dict) -> list[dict[str, Any]]:
+    rules = f.data.get(kind, [])
+    if not isinstance(rules, list):
+        raise ConfigError(f"[[{kind}]] must be an array of tables", f.path, f.line_of(kind), kind)
+    for i, rule in enumerate(rules):
+        f.check_keys(rule, set(AXES), kind, i)
+        if not rule:
+            raise ConfigError("empty rule matches every cell", f.path, f.line_of(kind, None, i), kind)
+        for axis, v in rule.items():
+            _check_values(f, axis, as_list(v), known, kind, i)
+        if kind == "include":
+            missing = [a for a in AXES if a not in rule or isinstance(rule[a], list)]
+            if missing:
+                raise ConfigError(
+                    f"an include names one value for every axis; missing or a list: {', '.join(missing)}",
+                    f.path,
+                    f.line_of(kind, None, i),
+                    kind,
+                )
+    return rules
+
+
+def _matches(rule: dict[str, Any], point: dict[str, str]) -> bool:
+    return all(point[axis] in as_list(v) for axis, v in rule.items())
+
+
+def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repeats: int, seed: int) -> Cell | None:
+    """A cell, or None when the combination means nothing anywhere (a ROCm profile on a CUDA target,
+    an image that does not carry the target). Host-dependent skips are decided later (applicability)."""
+    target, profile = axes.targets[p["target"]], axes.profiles[p["profile"]]
+    if not profile.applies_to(target):
+        return None
+    image = p["image"]
+    if backend == "local":
+        image = LOCAL_IMAGE
+    elif image == LOCAL_IMAGE or p["target"] not in axes.images[image].targets:
+        return None
+    return Cell(
+        image=image,
+        target=target.name,
+        profile=profile.name,
+        placement=p["placement"],
+        dtype=p["dtype"],
+        shapes=p["shapes"],
+        tier=p["tier"],
+        platform=target.platform,
+        arch=target.arch,
+        env=profile.env_for(target.name),
+        shape_list=axes.shapes[p["shapes"]],
+        timeout_s=timeout,
+        repeats=repeats,
+        seed=seed,
+    )
+
+
+# ---- filtering ----------------------------------------------------------------------------------
+def parse_filter(expr: str) -> list[tuple[str, bool, list[str]]]:
+    """`--filter` grammar: terms separated by commas or spaces, all of which must hold.
+
+    `axis=glob|glob` keeps cells whose axis matches one glob; `axis!=glob` drops them; a bare glob is
+    matched against the cell id (target/profile/... joined by '/'), e.g. `cpu/*/single/*`.
+    """
+    terms = []
+    for term in expr.replace(",", " ").split():
+        if "!=" in term:
+            key, _, value = term.partition("!=")
+            negate = True
+        elif "=" in term:
+            key, _, value = term.partition("=")
+            negate = False
+        else:
+            terms.append(("id", False, [term]))
+            continue
+        if key not in AXES and key != "required":
+            raise ConfigError(f"--filter: unknown axis {key!r} in {term!r} (axes: {', '.join(AXES)}, required)")
+        if not value:
+            raise ConfigError(f"--filter: empty value in {term!r}")
+        terms.append((key, negate, value.split("|")))
+    return terms
+
+
+def select(cells: tuple[Cell, ...] | list[Cell], expr: str | None) -> list[Cell]:
+    if not expr:
+        return list(cells)
+    terms = parse_filter(expr)
+
+    def keep(cell: Cell) -> bool:
+        for key, negate, globs in terms:
+            value = cell.id if key == "id" else str(cell.required).lower() if key == "required" else cell.axis(key)
+            hit = any(fnmatch.fnmatchcase(value, g) for g in globs)
+            if hit == negate:
+                return False
+        return True
+
+    return [c for c in cells if keep(c)]

@@ -1,0 +1,141 @@
+"""A cell's outcome as data: written to <out>/cells/<cell>/result.json as soon as the cell finishes,
+read back by the collector, the gate, the report and --resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rlparity.matrix import Cell
+
+SCHEMA = 1
+STATUSES = ("passed", "failed", "error", "skipped")
+RESULT_FILE = "result.json"
+JUNIT_FILE = "junit.xml"
+LOG_FILE = "output.log"
+CELL_FILE = "cell.json"
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str
+    reason: str = ""
+    variant: str = "none"
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint_hash: str = ""
+    digests: dict[str, str] = field(default_factory=dict)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+    output_tail: str = ""
+    started: str = ""
+    finished: str = ""
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}, not {self.status!r}")
+
+    # ---- what the gate and the report read --------------------------------------------------------
+    @property
+    def gated(self) -> list[dict[str, Any]]:
+        return [c for c in self.comparisons if not c["informational"]]
+
+    @property
+    def mismatches(self) -> int:
+        """Differing elements over the gated comparisons (a digest comparison counts 1)."""
+        return sum(max(c["count"], 1) for c in self.gated if not c["equal"])
+
+    @property
+    def max_abs(self) -> float:
+        vals = [c["max_abs"] for c in self.gated if not c["equal"]]
+        return max(vals, default=0.0)
+
+    @property
+    def max_ulp(self) -> int:
+        return max((c["max_ulp"] for c in self.gated if not c["equal"]), default=0)
+
+    @property
+    def first_mismatch(self) -> dict[str, Any] | None:
+        bad = next((c for c in self.gated if not c["equal"]), None)
+        return None if bad is None else {"comparison": bad["name"], "index": bad["first_index"]}
+
+    @property
+    def stock_differ(self) -> tuple[int, int]:
+        """(informational comparisons that differ, informational comparisons)."""
+        info = [c for c in self.comparisons if c["informational"]]
+        return sum(not c["equal"] for c in info), len(info)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cell"] = self.cell.to_dict()
+        d.update(
+            schema=SCHEMA,
+            required=self.cell.required,
+            mismatches=self.mismatches,
+            max_abs=_json_float(self.max_abs),
+            max_ulp=self.max_ulp,
+            first_mismatch=self.first_mismatch,
+        )
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CellResult:
+        names = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["cell"] = Cell.from_dict(d["cell"])
+        for c in kw.get("comparisons", []):
+            c["max_abs"] = float(c["max_abs"]) if c["max_abs"] is not None else math.inf
+        return cls(**kw)
+
+
+def _json_float(x: float) -> float | str:
+    return x if math.isfinite(x) else str(x)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def cell_dir(out: Path, cell: Cell) -> Path:
+    return out / "cells" / cell.dirname
+
+
+def write(result: CellResult, directory: Path) -> Path:
+    """Atomically (write + rename), so a killed run never leaves half a result for --resume."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RESULT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read(directory: Path) -> CellResult:
+    return CellResult.from_dict(json.loads((directory / RESULT_FILE).read_text()))
+
+
+def read_all(out: Path) -> list[CellResult]:
+    """Every cell result under a results directory, in cell-id order."""
+    found = []
+    for p in sorted((out / "cells").glob(f"*/{RESULT_FILE}")):
+        try:
+            found.append(read(p.parent))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{p}: not a readable cell result ({exc})") from exc
+    return found
+
+
+def skipped(cell: Cell, reason: str) -> CellResult:
+    t = now()
+    return CellResult(cell, "skipped", reason, started=t, finished=t)
+
+
+def errored(cell: Cell, reason: str, tail: str = "", started: str = "", wall_s: float = 0.0) -> CellResult:
+    return CellResult(
+        cell, "error", reason, output_tail=tail, started=started or now(), finished=now(), timings={"wall_s": wall_s}
+    )

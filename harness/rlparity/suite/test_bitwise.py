@@ -1,0 +1,129 @@
+"""The bitwise suite: every equality is on integer views of the bits (rl_kernel.bitwise)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_kernel.bitwise import digest
+from rlparity import golden
+from rlparity.placement import devices, split_training
+from rlparity.variants import logprob_fn
+from rlparity.workloads import (
+    IGNORE,
+    batch_views,
+    make_episode,
+    rollout_logprobs,
+    training_logprobs,
+)
+
+
+def _sid(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def test_rollout_matches_training(cell, variant, record, shape):
+    """Per-step decode log-probs (each step its own batch) == teacher-forced log-probs with autograd on."""
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    lp = logprob_fn(variant)
+    rollout_dev, train_dev = devices(cell.platform, cell.placement)
+    rollout = rollout_logprobs(ep, lp, rollout_dev, cell.seed)
+    training, grad = training_logprobs(ep, lp, train_dev)
+    record.output(f"{_sid(shape)}/logprobs", training)
+    record.output(f"{_sid(shape)}/grad", grad)
+    d = record.compare(f"{_sid(shape)} rollout ({rollout_dev}) vs training ({train_dev})", rollout, training)
+    assert d.equal, d.summary()
+
+
+def test_batch_invariance(cell, variant, record, shape):
+    """A row alone, in its batch, in reversed batch order and as a strided view: the same bits."""
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    lp = logprob_fn(variant)
+    dev = devices(cell.platform, cell.placement)[1]
+    views = batch_views(ep)
+    x, tok, _ = views["batch"]
+    reference = lp(x.to(dev), tok.to(dev)).cpu()
+    failures = []
+    for name in ("alone", "reversed", "strided"):
+        vx, vtok, index = views[name]
+        got = lp(vx.to(dev), vtok.to(dev)).cpu()
+        d = record.compare(f"{_sid(shape)} {name} vs batch", got, reference[index])
+        if not d.equal:
+            failures.append(f"{name}: {d.summary()}")
+    assert not failures, "; ".join(failures)
+
+
+def test_run_to_run(cell, variant, record, shape):
+    """The training path repeated (cell.repeats times in all): identical log-probs and gradients."""
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    lp = logprob_fn(variant)
+    dev = devices(cell.platform, cell.placement)[1]
+    first_lp, first_grad = training_logprobs(ep, lp, dev)
+    failures = []
+    for i in range(1, cell.repeats):
+        again_lp, again_grad = training_logprobs(ep, lp, dev)
+        for what, a, b in (("logprobs", again_lp, first_lp), ("grad", again_grad, first_grad)):
+            d = record.compare(f"{_sid(shape)} repeat {i} {what}", a, b)
+            if not d.equal:
+                failures.append(f"repeat {i} {what}: {d.summary()}")
+    assert not failures, "; ".join(failures)
+
+
+def test_golden_digests(cell, variant, record, shape):
+    """The tier's committed digests (the same for every target in the exact tier)."""
+    table = golden.load(cell.tier)
+    keys = {what: golden.key(cell.dtype, shape, cell.seed, what) for what in ("logprobs", "grad")}
+    missing = [k for k in keys.values() if k not in table]
+    if missing:
+        pytest.fail(
+            f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
+            "write them on the CPU with `rlparity golden --update` and review the diff"
+        )
+    lp, grad = training_logprobs(
+        make_episode(*shape, cell.dtype, cell.seed), logprob_fn(variant), devices(cell.platform, cell.placement)[1]
+    )
+    wrong = [
+        f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
+        for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)))
+        if not record.compare_digest(f"{_sid(shape)} golden {what}", actual, table[keys[what]])
+    ]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_split_matches_single(cell, variant, record, shape):
+    """split placement: the batch sharded over two ranks and all-gathered == the single-device run."""
+    if cell.placement != "split":
+        pytest.skip(f"placement is {cell.placement}, not split")
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    single_lp, single_grad = training_logprobs(ep, logprob_fn(variant), devices(cell.platform, "single")[1])
+    split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, variant)
+    d_lp = record.compare(f"{_sid(shape)} split vs single logprobs", split_lp, single_lp)
+    d_grad = record.compare(f"{_sid(shape)} split vs single grad", split_grad, single_grad)
+    assert d_lp.equal and d_grad.equal, f"logprobs: {d_lp.summary()}; grad: {d_grad.summary()}"
+
+
+def test_stock_pytorch_control(cell, record, shape):
+    """Informational, never gated: what stock kernels do here (torch.log_softmax, torch.matmul), so the
+    report shows what the deterministic kernels buy."""
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    dev = devices(cell.platform, cell.placement)[1]
+
+    def stock(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+        lp = torch.log_softmax(x.float(), dim=-1).gather(-1, tok.clamp_min(0)[:, None])[:, 0]
+        return torch.where(tok == IGNORE, torch.zeros_like(lp), lp)
+
+    rollout = rollout_logprobs(ep, stock, dev, cell.seed)
+    training, _ = training_logprobs(ep, stock, dev)
+    d1 = record.compare(f"{_sid(shape)} stock log_softmax rollout vs training", rollout, training, informational=True)
+
+    g = torch.Generator().manual_seed(cell.seed)
+    dtype = ep.logits.dtype
+    hidden = torch.randn(shape[0] * shape[1], 256, generator=g).to(dtype).to(dev)
+    head = torch.randn(256, shape[2], generator=g).to(dtype).to(dev)
+    d2 = record.compare(
+        f"{_sid(shape)} stock matmul mm(a[:1], b) vs mm(a, b)[:1]",
+        torch.mm(hidden[:1], head).cpu(),
+        torch.mm(hidden, head)[:1].cpu(),
+        informational=True,
+    )
+    assert d1.total == rollout.numel() and d2.total == shape[2]  # both comparisons ran over every element

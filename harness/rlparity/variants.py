@@ -1,0 +1,159 @@
+"""The log-prob function a cell checks: rl_kernel's, or one of the deliberately wrong negative controls.
+
+`rlparity selftest` runs cells with RLPARITY_VARIANT set to each control; the bitwise suite must fail
+every one of them. Each control is a way real kernels go wrong:
+
+- ulp-flip:       one element's last bit differs (the smallest possible divergence).
+- reversed-order: rl_kernel over the vocabulary in reverse: the same math, the reduction order reversed.
+- fma-build:      rl_kernel compiled with -ffp-contract=fast (-mfma on x86): implicit FMA contraction.
+                  Selected by loading that build through RL_KERNEL_LIBRARY (see build_fma_variant).
+- wave-tree:      the lane tree follows the wavefront width (shuffle-down within 64 lanes, then waves
+                  in order), as a hardware-width reduction would.
+- atomics:        lane partials combined in arrival order, which changes from call to call (atomicAdd).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import rl_kernel
+import rl_kernel.reference as R
+from rlparity.workloads import IGNORE, LogprobFn
+
+VARIANTS = ("none", "ulp-flip", "reversed-order", "fma-build", "wave-tree", "atomics")
+WAVE = 64
+
+
+def logprob_fn(variant: str = "none") -> LogprobFn:
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown RLPARITY_VARIANT {variant!r} (known: {', '.join(VARIANTS)})")
+    if variant in ("none", "fma-build"):  # fma-build swaps the library underneath rl_kernel
+        return _exact
+    return {"ulp-flip": _ulp_flip, "reversed-order": _reversed, "wave-tree": _wave, "atomics": _atomics}[variant]
+
+
+def _exact(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    return rl_kernel.token_logprobs(x, tok, IGNORE)
+
+
+def _ulp_flip(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """Element 0 with its last bit flipped. Added as a difference of two adjacent floats, which is exact,
+    so the result is the flipped value and the gradient still flows."""
+    out = _exact(x, tok)
+    if out.numel() == 0:
+        return out
+    flipped = out.detach()[:1].view(torch.int32) ^ 1
+    delta = torch.zeros_like(out)
+    delta[:1] = flipped.view(torch.float32) - out.detach()[:1]
+    return out + delta
+
+
+def _reversed(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    vocab = x.shape[-1]
+    flipped = torch.where(tok == IGNORE, tok, vocab - 1 - tok)
+    return rl_kernel.token_logprobs(x.flip(-1), flipped, IGNORE)
+
+
+class _ReferenceWithTree(torch.autograd.Function):
+    """Forward: the contract's numpy transcription with another lane tree. Backward: rl_kernel's."""
+
+    @staticmethod
+    def forward(ctx, x, tok, tree_name):
+        ctx.save_for_backward(x, tok)
+        tree = {"wave": _wave_tree, "atomics": _arrival_order_tree}[tree_name]
+        rows = x.detach().float().cpu().numpy()
+        toks = tok.cpu().numpy()
+        out = np.zeros(rows.shape[0], dtype=np.float32)
+        for i, (row, t) in enumerate(zip(rows, toks, strict=True)):
+            if t != IGNORE:
+                out[i] = R.token_logprob(row, int(t), IGNORE, R.row_stats(row, tree=tree))
+        return torch.from_numpy(out).to(x.device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, tok = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (g,) = torch.autograd.grad(_exact(leaf, tok), leaf, grad)
+        return g, None, None
+
+
+def _wave(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    return _ReferenceWithTree.apply(x, tok, "wave")
+
+
+def _atomics(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    return _ReferenceWithTree.apply(x, tok, "atomics")
+
+
+def _wave_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle-down within each 64-lane wave (offsets 32..1), then the 4 wave results left to right."""
+    m, s = m.copy(), s.copy()
+    for base in range(0, R.LANES, WAVE):
+        off = WAVE // 2
+        while off:
+            lo, hi = slice(base, base + off), slice(base + off, base + 2 * off)
+            m[lo], s[lo] = R.combine(m[lo], s[lo], m[hi], s[hi])
+            off //= 2
+    am, as_ = m[0:1], s[0:1]
+    for base in range(WAVE, R.LANES, WAVE):
+        am, as_ = R.combine(am, as_, m[base : base + 1], s[base : base + 1])
+    return am[0], as_[0]
+
+
+def _arrival_order_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lane partials added into one accumulator in an order that differs per call, as atomics would."""
+    order = np.random.default_rng().permutation(R.LANES)  # unseeded: arrival order is not reproducible
+    am, as_ = m[order[:1]], s[order[:1]]
+    for i in order[1:]:
+        am, as_ = R.combine(am, as_, m[i : i + 1], s[i : i + 1])
+    return am[0], as_[0]
+
+
+def variant_env(variant: str) -> dict[str, str]:
+    """Env a cell needs for a variant: the fma-build control loads its own build of rl_kernel."""
+    return {"RL_KERNEL_LIBRARY": str(build_fma_variant())} if variant == "fma-build" else {}
+
+
+# ---- the contracted-FMA build ------------------------------------------------------------------------
+FMA_FLAGS = ["-ffp-contract=fast"] + (["-mfma"] if platform.machine() in ("x86_64", "AMD64") else [])
+
+
+def build_fma_variant(cache: Path | None = None) -> Path:
+    """Compile rl_kernel's CPU operators with implicit FMA contraction; returns the shared library.
+
+    Built in a subprocess (loading it here would register torch.ops.rl_kernel twice) and cached by a hash
+    of the sources and flags.
+    """
+    from rl_kernel import build_flags
+
+    csrc = Path(rl_kernel.__file__).parent / "csrc"
+    flags = [*build_flags.CXX_FLAGS, *FMA_FLAGS]
+    key = hashlib.sha256(
+        "".join(p.read_text() for p in sorted(csrc.iterdir()) if p.is_file()).encode() + " ".join(flags).encode()
+    ).hexdigest()[:12]
+    root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
+    out = root / f"fma-{key}"
+    lib = out / "rl_kernel_fma.so"
+    if lib.exists():
+        return lib
+    out.mkdir(parents=True, exist_ok=True)
+    code = (
+        "import sys, torch.utils.cpp_extension as E; "
+        "E.load(name='rl_kernel_fma', sources=[sys.argv[1]], extra_cflags=sys.argv[3:], "
+        "build_directory=sys.argv[2], is_python_module=False, verbose=False)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(csrc / "ops_cpu.cpp"), str(out), *flags], capture_output=True, text=True
+    )
+    if proc.returncode != 0 or not lib.exists():
+        raise RuntimeError(f"building the FMA variant failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return lib
