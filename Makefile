@@ -17,7 +17,7 @@ SOURCES := $(wildcard kernels/rl_kernel/csrc/*) setup.py pyproject.toml
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test lint kernels-check selfcheck clean
+.PHONY: all build run test lint kernels-check selfcheck selftest clean
 
 all: test
 
@@ -35,11 +35,21 @@ $(BUILD_STAMP): $(ENV_STAMP) $(SOURCES)
 
 build: $(BUILD_STAMP)
 
-# The main job (for now): the bitwise self-check of the kernels on this machine's devices.
+MATRIX ?= quick
+RUN_JOBS ?= 2
+RUN_OUT ?= results
+
+# The main job: the quick matrix of bitwise cells on this machine (local backend), a table, the gate's exit code.
 run: build
+	$(PY) -m rlparity.cli run --matrix $(MATRIX) --jobs $(RUN_JOBS) --out $(RUN_OUT)
+
+# The kernels' own bitwise self-check (CPU vs GPU bits) on this machine's devices.
+selfcheck: build
 	$(PY) -m rl_kernel.selfcheck
 
-selfcheck: run
+# The harness's negative controls: every deliberately wrong kernel must be caught.
+selftest: build
+	$(PY) -m rlparity.cli selftest
 
 test: build
 	$(PY) -m pytest -n $(JOBS) tests

@@ -265,7 +265,7 @@ def parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("golden", help="check (or --update) the exact tier's golden digests on this machine")
     g.add_argument("--update", action="store_true")
-    g.add_argument("--shapes", nargs="+", default=["smoke", "quick"])
+    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest"])
     g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_golden)

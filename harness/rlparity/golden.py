@@ -11,6 +11,8 @@ from pathlib import Path
 
 from rlparity.config import GOLDEN_DIR
 
+OUTPUTS = ("logprobs", "grad", "stats")  # stats: the row intermediates [max, sum of exp, log of the sum]
+
 
 def key(dtype: str, shape: tuple[int, int, int], seed: int, what: str) -> str:
     return f"{dtype}/{'x'.join(map(str, shape))}/seed{seed}/{what}"
@@ -34,7 +36,8 @@ def update(tier: str, entries: dict[str, str], root: Path = GOLDEN_DIR) -> Path:
 
 
 def compute(shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0) -> dict[str, str]:
-    """Digests of the training path's log-probs and gradient on the CPU build."""
+    """Digests of the training path's log-probs, gradient and row statistics on the CPU build."""
+    import rl_kernel
     from rl_kernel.bitwise import digest
     from rlparity.variants import logprob_fn
     from rlparity.workloads import make_episode, training_logprobs
@@ -42,7 +45,9 @@ def compute(shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0
     out = {}
     for dtype in dtypes:
         for shape in shapes:
-            lp, grad = training_logprobs(make_episode(*shape, dtype, seed), logprob_fn("none"), "cpu")
+            ep = make_episode(*shape, dtype, seed)
+            lp, grad = training_logprobs(ep, logprob_fn("none"), "cpu")
             out[key(dtype, shape, seed, "logprobs")] = digest(lp)
             out[key(dtype, shape, seed, "grad")] = digest(grad)
+            out[key(dtype, shape, seed, "stats")] = digest(rl_kernel.row_stats(ep.logits.reshape(-1, shape[2])))
     return out

@@ -24,7 +24,7 @@ class ControlOutcome:
     reason: str
 
 
-def selftest_cell(shapes: str = "smoke", dtype: str = "fp32", timeout_s: float = 600.0) -> Cell:
+def selftest_cell(shapes: str = "selftest", dtype: str = "fp32", timeout_s: float = 600.0) -> Cell:
     axes = load_axes()
     return Cell(
         image="local",

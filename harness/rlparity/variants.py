@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,34 @@ def logprob_fn(variant: str = "none") -> LogprobFn:
     if variant in ("none", "fma-build"):  # fma-build swaps the library underneath rl_kernel
         return _exact
     return {"ulp-flip": _ulp_flip, "reversed-order": _reversed, "wave-tree": _wave, "atomics": _atomics}[variant]
+
+
+def stats_fn(variant: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The variant's row statistics [max, sum of exp, log of the sum] per row: the intermediates, which
+    move with any change of reduction order even where the rounded log-probs do not."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown RLPARITY_VARIANT {variant!r} (known: {', '.join(VARIANTS)})")
+    if variant in ("wave-tree", "atomics"):
+        tree = {"wave-tree": _wave_tree, "atomics": _arrival_order_tree}[variant]
+        return lambda x: _reference_stats(x, tree)
+    if variant == "reversed-order":
+        return lambda x: rl_kernel.row_stats(x.flip(-1))
+    if variant == "ulp-flip":
+        return lambda x: _flip_first(rl_kernel.row_stats(x))
+    return rl_kernel.row_stats
+
+
+def _flip_first(t: torch.Tensor) -> torch.Tensor:
+    bits = t.contiguous().view(torch.int32).clone()
+    if bits.numel():
+        bits.view(-1)[0] ^= 1
+    return bits.view(torch.float32)
+
+
+def _reference_stats(x: torch.Tensor, tree) -> torch.Tensor:
+    rows = x.detach().float().cpu().numpy()
+    out = np.array([R.row_stats(row, tree=tree) for row in rows], dtype=np.float32).reshape(len(rows), 3)
+    return torch.from_numpy(out).to(x.device)
 
 
 def _exact(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:

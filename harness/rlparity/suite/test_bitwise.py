@@ -8,7 +8,7 @@ import torch
 from rl_kernel.bitwise import digest
 from rlparity import golden
 from rlparity.placement import devices, split_training
-from rlparity.variants import logprob_fn
+from rlparity.variants import logprob_fn, stats_fn
 from rlparity.workloads import (
     IGNORE,
     batch_views,
@@ -40,16 +40,20 @@ def test_batch_invariance(cell, variant, record, shape):
     ep = make_episode(*shape, cell.dtype, cell.seed)
     lp = logprob_fn(variant)
     dev = devices(cell.platform, cell.placement)[1]
+    stats = stats_fn(variant)
     views = batch_views(ep)
     x, tok, _ = views["batch"]
     reference = lp(x.to(dev), tok.to(dev)).cpu()
+    reference_stats = stats(x.to(dev)).cpu()
     failures = []
     for name in ("alone", "reversed", "strided"):
         vx, vtok, index = views[name]
         got = lp(vx.to(dev), vtok.to(dev)).cpu()
-        d = record.compare(f"{_sid(shape)} {name} vs batch", got, reference[index])
-        if not d.equal:
-            failures.append(f"{name}: {d.summary()}")
+        got_stats = stats(vx.to(dev)).cpu()
+        for what, a, b in (("logprobs", got, reference[index]), ("row stats", got_stats, reference_stats[index])):
+            d = record.compare(f"{_sid(shape)} {name} vs batch {what}", a, b)
+            if not d.equal:
+                failures.append(f"{name} {what}: {d.summary()}")
     assert not failures, "; ".join(failures)
 
 
@@ -72,19 +76,20 @@ def test_run_to_run(cell, variant, record, shape):
 def test_golden_digests(cell, variant, record, shape):
     """The tier's committed digests (the same for every target in the exact tier)."""
     table = golden.load(cell.tier)
-    keys = {what: golden.key(cell.dtype, shape, cell.seed, what) for what in ("logprobs", "grad")}
+    keys = {what: golden.key(cell.dtype, shape, cell.seed, what) for what in golden.OUTPUTS}
     missing = [k for k in keys.values() if k not in table]
     if missing:
         pytest.fail(
             f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
             "write them on the CPU with `rlparity golden --update` and review the diff"
         )
-    lp, grad = training_logprobs(
-        make_episode(*shape, cell.dtype, cell.seed), logprob_fn(variant), devices(cell.platform, cell.placement)[1]
-    )
+    dev = devices(cell.platform, cell.placement)[1]
+    ep = make_episode(*shape, cell.dtype, cell.seed)
+    lp, grad = training_logprobs(ep, logprob_fn(variant), dev)
+    stats = stats_fn(variant)(ep.logits.reshape(-1, shape[2]).to(dev))
     wrong = [
         f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
-        for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)))
+        for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)), ("stats", digest(stats)))
         if not record.compare_digest(f"{_sid(shape)} golden {what}", actual, table[keys[what]])
     ]
     assert not wrong, "; ".join(wrong)
