@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 import json
 import math
+import re
 import types
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -54,7 +55,7 @@ def expected_cells(matrix_file: Path, backend_name: str) -> dict[str, bool]:
     image does not carry."""
     m, ax, im = _toml(matrix_file), _toml(MATRICES / "axes.toml"), _toml(IMAGES_TOML)
     axes = m["axes"]
-    product = [dict(zip(AXIS_ORDER, combo)) for combo in itertools.product(*(axes[a] for a in AXIS_ORDER))]
+    product = [dict(zip(AXIS_ORDER, combo, strict=True)) for combo in itertools.product(*(axes[a] for a in AXIS_ORDER))]
     points = [p for p in product if not any(_rule_hits(r, p) for r in m.get("exclude", []))]
     points += list(m.get("include", []))
     out: dict[str, bool] = {}
@@ -297,6 +298,7 @@ def test_informational_rules_mark_cells_not_required(tmp_path):
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="BUG: include points are filtered by [[exclude]] rules, so an include that an exclude matches is "
     "silently dropped (expected: product - excludes + includes)",
@@ -307,6 +309,7 @@ def test_include_is_not_removed_by_an_exclude(tmp_path):
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="BUG: with the local backend, points of several images collapse onto one cell and the first image "
     "listed decides `required`; an informational rule on an image makes the result depend on axis order",
@@ -364,7 +367,9 @@ def test_unknown_top_level_key(tmp_path):
 
 
 @pytest.mark.xfail(
-    strict=True, reason="BUG: an unknown top-level *table* ([matrx]) gets no line: line_of only looks for `key =`"
+    raises=AssertionError,
+    strict=True,
+    reason="BUG: an unknown top-level *table* ([matrx]) gets no line: line_of only looks for `key =`",
 )
 def test_unknown_top_level_table_has_its_line(tmp_path):
     text = matrix_text(tail="[matrx]\nrepeats = 3\n")
@@ -494,14 +499,19 @@ def test_unknown_key_under_matrix(tmp_path):
 
 
 @pytest.mark.xfail(
-    strict=True, reason="BUG: timeout_s = true is accepted as 1.0 s (bool passes the (int, float) check)"
+    raises=pytest.fail.Exception,
+    strict=True,
+    reason="BUG: timeout_s = true is accepted as 1.0 s (bool passes the (int, float) check)",
 )
 def test_bool_timeout_is_rejected(tmp_path):
-    path = write(tmp_path, matrix_text().replace("timeout_s = 60", "timeout_s = true"))
-    assert_names(config_error(path), path, 3, "matrix.timeout_s")
+    text = matrix_text().replace("timeout_s = 60", "timeout_s = true")
+    path = write(tmp_path, text)
+    assert_names(config_error(path), path, line_no(text, "timeout_s ="), "matrix.timeout_s")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: timeout_s = nan passes `timeout <= 0` and is accepted")
+@pytest.mark.xfail(
+    raises=pytest.fail.Exception, strict=True, reason="BUG: timeout_s = nan passes `timeout <= 0` and is accepted"
+)
 def test_nan_timeout_is_rejected(tmp_path):
     path = write(tmp_path, matrix_text().replace("timeout_s = 60", "timeout_s = nan"))
     assert "timeout_s" in str(config_error(path))
@@ -758,6 +768,7 @@ def test_die_pairs_ignore_links_to_nodes_that_are_not_gpus():
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="BUG: with one xGMI weight level (single-die packages in one hive, e.g. 8x MI300X) die_pairs takes "
     "the lightest cross-package link for an in-package one and pairs GPUs of different packages",
@@ -815,6 +826,7 @@ def test_read_kfd_topology_missing_root(tmp_path):
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="BUG: probe() computes die pairs over every KFD GPU of the host but uses them as indices of the "
     "devices torch sees; under an inherited HIP_VISIBLE_DEVICES the pairs point at the wrong devices",
@@ -916,11 +928,15 @@ def test_judge_no_result_file(tmp_path):
 
 
 @pytest.mark.xfail(
-    strict=True, reason="BUG: judge drops wall_s in the 'without writing' and 'but its result says' errors"
+    raises=AssertionError,
+    strict=True,
+    reason="BUG: judge drops wall_s in the 'without writing' and 'but its result says' errors",
 )
 def test_judge_keeps_wall_time_when_result_is_missing(tmp_path):
     write_log(tmp_path)
     assert backend.judge(make_cell(), tmp_path, 0, 3.0, "t0", 240.0).timings["wall_s"] == 3.0
+    results.write(result(make_cell(), "passed"), tmp_path)
+    assert backend.judge(make_cell(), tmp_path, 1, 3.0, "t0", 240.0).timings["wall_s"] == 3.0
 
 
 def test_judge_timeout(tmp_path):
@@ -1046,9 +1062,29 @@ def test_invalid_status():
 def test_read_all_names_a_broken_file(tmp_path):
     results.write(result(make_cell()), tmp_path / "cells" / "a")
     (tmp_path / "cells" / "b").mkdir()
-    (tmp_path / "cells" / "b" / "result.json").write_text("[]")
-    with pytest.raises(ValueError, match="cells/b/result.json"):
-        results.read_all(tmp_path)
+    for broken in ("{not json", "{}", '{"cell": {}}'):
+        (tmp_path / "cells" / "b" / "result.json").write_text(broken)
+        with pytest.raises(ValueError, match=re.escape("cells/b/result.json")):
+            results.read_all(tmp_path)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="BUG: a result.json holding valid JSON that is not an object raises AttributeError from "
+    "CellResult.from_dict, which read_all and backend.judge do not catch",
+)
+@pytest.mark.parametrize("reader", ["read_all", "judge"])
+def test_result_json_that_is_not_an_object(tmp_path, reader):
+    out = tmp_path / "cells" / "b"
+    write_log(out)
+    (out / "result.json").write_text("[]")
+    if reader == "read_all":
+        with pytest.raises(ValueError, match=re.escape("cells/b/result.json")):
+            results.read_all(tmp_path)
+    else:
+        res = backend.judge(make_cell(), out, 0, 1.0, "t0", 240.0)
+        assert res.status == "error" and "unreadable result.json" in res.reason
 
 
 def test_skipped_and_errored_helpers():
@@ -1246,6 +1282,7 @@ def test_merge_ignores_junit_of_an_errored_cell(tmp_path):
 
 
 @pytest.mark.xfail(
+    raises=AssertionError,
     strict=True,
     reason="BUG: a failed cell without junit.xml gets a synthetic testcase with no <failure>: counted as passed",
 )
