@@ -2,8 +2,7 @@
 KFD die pairs, cell env and judging, results, the gate, the junit merge and `rlparity compare`.
 
 No cell subprocesses run here. Expectations are computed from the TOML data in the tests themselves, not
-by calling the code under test. Tests marked `xfail(strict=True, reason="BUG: ...")` expose harness bugs:
-they turn into failures (XPASS) once the bug is fixed, so the marker must then be removed.
+by calling the code under test.
 """
 
 from __future__ import annotations
@@ -297,23 +296,11 @@ def test_informational_rules_mark_cells_not_required(tmp_path):
     assert len(optional) == 4 + 4
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: include points are filtered by [[exclude]] rules, so an include that an exclude matches is "
-    "silently dropped (expected: product - excludes + includes)",
-)
 def test_include_is_not_removed_by_an_exclude(tmp_path):
     tail = FULL_INCLUDE + '\n[[exclude]]\nplacement = "dual-die"\n'
     assert "local/cpu/baseline/dual-die/fp16/llm/exact" in ids_of(write(tmp_path, matrix_text(tail=tail)))
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: with the local backend, points of several images collapse onto one cell and the first image "
-    "listed decides `required`; an informational rule on an image makes the result depend on axis order",
-)
 def test_local_collapse_required_does_not_depend_on_image_order(tmp_path):
     tail = '[[informational]]\nimage = "rocm60-torch22"\n'
     required = []
@@ -366,11 +353,6 @@ def test_unknown_top_level_key(tmp_path):
     assert_names(config_error(path), path, 1, "bogus")
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: an unknown top-level *table* ([matrx]) gets no line: line_of only looks for `key =`",
-)
 def test_unknown_top_level_table_has_its_line(tmp_path):
     text = matrix_text(tail="[matrx]\nrepeats = 3\n")
     path = write(tmp_path, text)
@@ -498,20 +480,12 @@ def test_unknown_key_under_matrix(tmp_path):
     assert_names(config_error(path), path, line_no(text, "retries ="), "matrix.retries")
 
 
-@pytest.mark.xfail(
-    raises=pytest.fail.Exception,
-    strict=True,
-    reason="BUG: timeout_s = true is accepted as 1.0 s (bool passes the (int, float) check)",
-)
 def test_bool_timeout_is_rejected(tmp_path):
     text = matrix_text().replace("timeout_s = 60", "timeout_s = true")
     path = write(tmp_path, text)
     assert_names(config_error(path), path, line_no(text, "timeout_s ="), "matrix.timeout_s")
 
 
-@pytest.mark.xfail(
-    raises=pytest.fail.Exception, strict=True, reason="BUG: timeout_s = nan passes `timeout <= 0` and is accepted"
-)
 def test_nan_timeout_is_rejected(tmp_path):
     path = write(tmp_path, matrix_text().replace("timeout_s = 60", "timeout_s = nan"))
     assert "timeout_s" in str(config_error(path))
@@ -757,7 +731,8 @@ def test_die_pairs_follow_links_not_indices():
 
 
 def test_die_pairs_pcie_only_radeon():
-    nodes = [kfd_node(1, {0: (2, 20)}), kfd_node(2, {0: (2, 20)})]
+    # PCIe (type 2) links to the CPU and between the two cards: no xGMI, so no pairs
+    nodes = [kfd_node(1, {0: (2, 20), 2: (2, 40)}), kfd_node(2, {0: (2, 20), 1: (2, 40)})]
     assert inventory.die_pairs(nodes) == []
     assert inventory.die_pairs([]) == []
 
@@ -767,12 +742,6 @@ def test_die_pairs_ignore_links_to_nodes_that_are_not_gpus():
     assert inventory.die_pairs(nodes) == []
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: with one xGMI weight level (single-die packages in one hive, e.g. 8x MI300X) die_pairs takes "
-    "the lightest cross-package link for an in-package one and pairs GPUs of different packages",
-)
 def test_die_pairs_equal_weight_hive_has_no_pairs():
     nodes = [kfd_node(2 + i, {2 + j: (11, 15) for j in range(8) if j != i}) for i in range(8)]
     assert inventory.die_pairs(nodes) == []
@@ -825,12 +794,6 @@ def test_read_kfd_topology_missing_root(tmp_path):
     assert inventory.read_kfd_topology(tmp_path / "nope") == []
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: probe() computes die pairs over every KFD GPU of the host but uses them as indices of the "
-    "devices torch sees; under an inherited HIP_VISIBLE_DEVICES the pairs point at the wrong devices",
-)
 def test_probe_maps_die_pairs_through_visible_devices(monkeypatch):
     # host: 2 MI250X = GCDs 0..3, pairs (0,1), (2,3); this job may see GCDs 1 and 2 (different packages)
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1,2")
@@ -927,11 +890,6 @@ def test_judge_no_result_file(tmp_path):
     assert "Traceback: boom" in res.output_tail
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: judge drops wall_s in the 'without writing' and 'but its result says' errors",
-)
 def test_judge_keeps_wall_time_when_result_is_missing(tmp_path):
     write_log(tmp_path)
     assert backend.judge(make_cell(), tmp_path, 0, 3.0, "t0", 240.0).timings["wall_s"] == 3.0
@@ -1068,12 +1026,6 @@ def test_read_all_names_a_broken_file(tmp_path):
             results.read_all(tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="BUG: a result.json holding valid JSON that is not an object raises AttributeError from "
-    "CellResult.from_dict, which read_all and backend.judge do not catch",
-)
 @pytest.mark.parametrize("reader", ["read_all", "judge"])
 def test_result_json_that_is_not_an_object(tmp_path, reader):
     out = tmp_path / "cells" / "b"
@@ -1281,11 +1233,6 @@ def test_merge_ignores_junit_of_an_errored_cell(tmp_path):
     assert (suite.tests, suite.errors) == (1, 1)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="BUG: a failed cell without junit.xml gets a synthetic testcase with no <failure>: counted as passed",
-)
 def test_merge_failed_cell_without_junit_is_a_failure(tmp_path):
     failed = result(make_cell(), "failed", reason="bitwise mismatch in x")
     results.write(failed, results.cell_dir(tmp_path, failed.cell))

@@ -95,14 +95,15 @@ def judge(cell: Cell, out: Path, rc: int | None, wall_s: float, started: str, ti
         reason = describe_exit(rc) + (" after writing its results" if has_result else "")
         return results.errored(cell, reason, log_tail, started, wall_s)
     if not has_result:
-        return results.errored(cell, f"{describe_exit(rc)} without writing {results.RESULT_FILE}", log_tail, started)
+        reason = f"{describe_exit(rc)} without writing {results.RESULT_FILE}"
+        return results.errored(cell, reason, log_tail, started, wall_s)
     try:
         res = results.read(out)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return results.errored(cell, f"unreadable {results.RESULT_FILE}: {exc}", log_tail, started, wall_s)
     expected = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}[res.status]
     if rc != expected:
-        return results.errored(cell, f"{describe_exit(rc)} but its result says {res.status}", log_tail, started)
+        return results.errored(cell, f"{describe_exit(rc)} but its result says {res.status}", log_tail, started, wall_s)
     if res.status == "error" and not res.output_tail:
         res.output_tail = log_tail
     return res

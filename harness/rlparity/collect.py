@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from junitparser import Error, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
+from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
 from rlparity import results
 from rlparity.results import CellResult
@@ -56,6 +56,8 @@ def _synthetic_suite(res: CellResult) -> TestSuite:
     case = TestCase("cell", classname=res.cell.id, time=float(res.timings.get("wall_s", 0.0)))
     if res.status == "skipped":
         case.result = [Skipped(res.reason)]
+    elif res.status == "failed":
+        case.result = [Failure(res.reason, "BitwiseMismatch")]
     elif res.status == "error":
         err = Error(res.reason, "CellError")
         err.text = res.output_tail

@@ -66,12 +66,16 @@ class TomlFile:
                 continue
             if inside and key_re and key_re.match(line):
                 return n
-        if key_re and not table:  # top-level key
-            return next((n for n, ln in enumerate(self.text.splitlines(), 1) if key_re.match(ln)), None)
+        if key and not table:  # a top-level key, or a top-level table [key] / [key.sub] / [[key]]
+            for n, ln in enumerate(self.text.splitlines(), 1):
+                head = _HEADER.match(ln)
+                name = head.group(2).replace('"', "") if head else ""
+                if (key_re and key_re.match(ln)) or name == key or name.startswith(f"{key}."):
+                    return n
         return None
 
     def error(self, message: str, table: str, key: str | None = None, index: int = 0) -> ConfigError:
-        where = f"{table}.{key}" if key else table
+        where = ".".join(p for p in (table, key) if p)
         return ConfigError(message, self.path, self.line_of(table, key, index), where)
 
     def check_keys(self, section: dict, allowed: set[str], table: str, index: int = 0) -> None:
@@ -87,7 +91,8 @@ class TomlFile:
 
     def typed(self, section: dict, key: str, kind: type | tuple[type, ...], table: str, index: int = 0) -> Any:
         value = section[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             raise self.error(f"must be {names}, got {type(value).__name__} {value!r}", table, key, index)
         return value

@@ -8,12 +8,14 @@ come from the KFD topology, not from device indices.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
 XGMI_LINK = 11  # io_link type for xGMI in the KFD topology
+MULTI_DIE_PRODUCTS = ("MI250",)  # several dies (GCDs) per package, each its own device
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,12 @@ def probe() -> Inventory:
             p = torch.cuda.get_device_properties(i)
             arch = normalise_arch(getattr(p, "gcnArchName", "")) if platform == "rocm" else f"sm_{p.major}{p.minor}"
             devices.append(Device(i, platform, p.name, arch, int(getattr(p, "warp_size", 0) or 0)))
-    pairs = die_pairs(read_kfd_topology()) if any(d.platform == "rocm" for d in devices) else ()
+    pairs: list[tuple[int, int]] = []
+    if any(d.platform == "rocm" for d in devices):
+        nodes = read_kfd_topology()
+        multi_die = any(name in d.name for d in devices for name in MULTI_DIE_PRODUCTS)
+        visible = visible_kfd_indices(os.environ, len(nodes))
+        pairs = map_pairs(die_pairs(nodes, multi_die), visible) if visible is not None else []
     try:
         from rl_kernel._ops import has_gpu_kernels
 
@@ -103,11 +110,13 @@ def _kv(path: Path) -> dict[str, int]:
     return out
 
 
-def die_pairs(gpu_nodes: list[dict]) -> list[tuple[int, int]]:
-    """Pairs of GPU indices (in KFD order, which is HIP's) joined by the lightest xGMI link.
+def die_pairs(gpu_nodes: list[dict], multi_die_product: bool = False) -> list[tuple[int, int]]:
+    """Pairs of GPU indices (in KFD order) joined by the lightest xGMI link.
 
     Two GCDs of one MI250X package share the lightest (in-package) xGMI link; links between packages are
-    heavier. Each GPU pairs with at most one other; GPUs without xGMI (Radeon, PCIe-only) pair with none.
+    heavier. That reading is trusted only when the topology shows two weight levels, or the devices are a
+    known multi-die product (one MI250X alone has only in-package links); a hive of single-die GPUs whose
+    links all weigh the same (8x MI300X) has no pairs. GPUs without xGMI (Radeon, PCIe-only) pair with none.
     """
     index_of = {n["node"]: i for i, n in enumerate(gpu_nodes)}
     candidates = []
@@ -117,13 +126,38 @@ def die_pairs(gpu_nodes: list[dict]) -> list[tuple[int, int]]:
                 candidates.append((weight, index_of[n["node"]], index_of[to]))
     if not candidates:
         return []
-    lightest = min(w for w, _, _ in candidates)
+    weights = {w for w, _, _ in candidates}
+    if len(weights) < 2 and not multi_die_product:
+        return []
+    lightest = min(weights)
     pairs, used = [], set()
     for w, a, b in sorted(candidates):
         if w == lightest and a not in used and b not in used:
             pairs.append((a, b))
             used |= {a, b}
     return pairs
+
+
+def visible_kfd_indices(environ, n_gpus: int) -> list[int] | None:
+    """The KFD GPU index behind each torch device 0, 1, ...: ROCR_VISIBLE_DEVICES, then HIP_ (or CUDA_)
+    VISIBLE_DEVICES, each indexing into the previous. None when they use UUIDs (not mapped here)."""
+    idx = list(range(n_gpus))
+    for var in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        value = environ.get(var, "")
+        if not value.strip():
+            continue
+        try:
+            picks = [int(x) for x in value.split(",") if x.strip()]
+        except ValueError:
+            return None
+        idx = [idx[p] for p in picks if 0 <= p < len(idx)]
+    return idx
+
+
+def map_pairs(pairs: list[tuple[int, int]], visible: list[int]) -> list[tuple[int, int]]:
+    """KFD-index pairs as torch device indices; a pair with a member this job cannot see is dropped."""
+    pos = {k: i for i, k in enumerate(visible)}
+    return [(pos[a], pos[b]) for a, b in pairs if a in pos and b in pos]
 
 
 def main() -> int:

@@ -6,8 +6,10 @@ are data in harness/matrices/axes.toml; images come from docker/images.toml.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import itertools
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,8 +203,8 @@ def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "loc
     timeout = float(f.typed(meta, "timeout_s", (int, float), "matrix")) if "timeout_s" in meta else 300.0
     repeats = f.typed(meta, "repeats", int, "matrix") if "repeats" in meta else 3
     seed = f.typed(meta, "seed", int, "matrix") if "seed" in meta else 0
-    if timeout <= 0 or repeats < 2:
-        raise f.error("timeout_s must be > 0 and repeats >= 2", "matrix")
+    if not math.isfinite(timeout) or timeout <= 0 or repeats < 2:
+        raise f.error("timeout_s must be a finite number > 0 and repeats >= 2", "matrix")
 
     known = _known_values(axes)
     raw_axes = f.data.get("axes")
@@ -218,18 +220,19 @@ def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "loc
         values[axis] = vals
     rules = {kind: _load_rules(f, kind, known) for kind in ("include", "exclude", "informational")}
 
-    points = [dict(zip(AXES, combo, strict=True)) for combo in itertools.product(*(values[a] for a in AXES))]
-    points += [rule for rule in rules["include"]]
+    # Excludes cut the product; an include is explicit and always kept.
+    product = [dict(zip(AXES, combo, strict=True)) for combo in itertools.product(*(values[a] for a in AXES))]
+    points = [p for p in product if not any(_matches(rule, p) for rule in rules["exclude"])]
+    points += list(rules["include"])
     cells: dict[str, Cell] = {}
     for p in points:
-        if any(_matches(rule, p) for rule in rules["exclude"]):
-            continue
         cell = _make_cell(p, axes, backend, timeout, repeats, seed)
         if cell is None:
             continue
         required = not any(_matches(rule, p) for rule in rules["informational"])
-        cell = Cell(**{**asdict(cell), "required": required})
-        cells.setdefault(cell.id, cell)
+        # Points that collapse to one cell (the local backend's image) are required if any of them is.
+        required = required or (cell.id in cells and cells[cell.id].required)
+        cells[cell.id] = dataclasses.replace(cell, required=required)
     return Matrix(path.stem, path, meta.get("description", ""), tuple(cells.values()))
 
 
@@ -313,7 +316,7 @@ def parse_filter(expr: str) -> list[tuple[str, bool, list[str]]]:
     """`--filter` grammar: terms separated by commas or spaces, all of which must hold.
 
     `axis=glob|glob` keeps cells whose axis matches one glob; `axis!=glob` drops them; a bare glob is
-    matched against the cell id (target/profile/... joined by '/'), e.g. `cpu/*/single/*`.
+    matched against the cell id (image/target/profile/... joined by '/'), e.g. `*/cpu/*/single/*`.
     """
     terms = []
     for term in expr.replace(",", " ").split():

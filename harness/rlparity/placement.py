@@ -58,11 +58,12 @@ def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
         lo, hi = rank * per, min(rows, (rank + 1) * per)
         shard = _shard(ep, lo, hi)
         lp, grad = training_logprobs(shard, logprob_fn(variant), device)
-        lp, grad = _pad(lp.view(-1), per), _pad(grad.view(-1, v), per)
+        # NCCL gathers device tensors (gloo CPU ones): inputs and outputs live on this rank's device.
+        lp, grad = _pad(lp.view(-1), per).to(device), _pad(grad.view(-1, v), per).to(device)
         lps = [torch.empty_like(lp) for _ in range(2)]
         grads = [torch.empty_like(grad) for _ in range(2)]
-        dist.all_gather(lps, lp.to(device))
-        dist.all_gather(grads, grad.to(device))
+        dist.all_gather(lps, lp)
+        dist.all_gather(grads, grad)
         if rank == 0:
             lp_all = torch.cat([x.cpu() for x in lps])[:rows].view(b, t)
             grad_all = torch.cat([g.cpu() for g in grads])[:rows].view(b, t, v)

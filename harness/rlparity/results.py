@@ -116,7 +116,10 @@ def write(result: CellResult, directory: Path) -> Path:
 
 
 def read(directory: Path) -> CellResult:
-    return CellResult.from_dict(json.loads((directory / RESULT_FILE).read_text()))
+    data = json.loads((directory / RESULT_FILE).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{directory / RESULT_FILE} holds a JSON {type(data).__name__}, not an object")
+    return CellResult.from_dict(data)
 
 
 def read_all(out: Path) -> list[CellResult]:
