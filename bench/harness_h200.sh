@@ -26,10 +26,21 @@ run() {  # name, expected exit code, rlparity run arguments...
   local t0=$(date +%s)
   python3 -m rlparity.cli run --out "$out/$name" "$@" > "$out/$name.log" 2>&1
   local rc=$?
-  echo "== $name: exit $rc (expected $expect) in $(( $(date +%s) - t0 )) s"
-  grep -E "passed, |gate:" "$out/$name.log"
+  { echo "== $name: exit $rc (expected $expect) in $(( $(date +%s) - t0 )) s"
+    grep -E "passed, |gate:" "$out/$name.log"; } | tee -a "$out/progress.txt"
+  tar -C "$out" -czf "$out/$name.tar.gz" "$name" && rm -rf "${out:?}/$name"  # (deep trees do not come back)
 }
-run quick 0 --matrix quick --jobs 2
-run planted-ulp-flip 1 --matrix quick --filter 'target=sm90 profile=baseline' --variant ulp-flip
-run nightly-sm90-small 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=smoke|quick' --jobs 2
-run nightly-sm90-llm 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=llm profile=baseline' --jobs 2
+case ${RUNS:-all} in
+  all)
+    run quick 0 --matrix quick --jobs 2
+    run planted-ulp-flip 1 --matrix quick --filter 'target=sm90 profile=baseline' --variant ulp-flip
+    run nightly-sm90-small 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=smoke|quick' --jobs 2
+    run nightly-sm90-llm 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=llm profile=baseline' --jobs 2
+    ;;
+  split-llm)  # what the first call did not reach: the split placement over two H200s, the llm shapes
+    run split-sm90 0 --matrix nightly --filter 'target=sm90 placement=split profile=baseline shapes=smoke|quick' \
+      --timeout 300
+    run nightly-sm90-llm 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=llm profile=baseline placement=single' \
+      --jobs 2 --timeout 400
+    ;;
+esac
