@@ -106,7 +106,7 @@ def _devices(torch) -> list[dict[str, Any]]:
             {
                 "index": i,
                 "name": p.name,
-                "arch": getattr(p, "gcnArchName", "") or f"sm_{p.major}{p.minor}",
+                "arch": p.gcnArchName if torch.version.hip else f"sm_{p.major}{p.minor}",
                 "wave": int(getattr(p, "warp_size", 0) or 0),
                 "units": p.multi_processor_count,
                 "memory_gib": round(p.total_memory / 2**30, 1),
