@@ -282,11 +282,6 @@ def test_hung_cell_is_killed_with_its_children(cpu_cell, tmp_path):
         kill_if_ours(child, CHILD_MARK)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: backend.LocalBackend.run_cell kills the cell's process group only on timeout; a cell that "
-    "crashes (or exits) leaves its children (e.g. the split placement's ranks) running and holding devices",
-)
 def test_crashed_cell_leaves_no_children(cpu_cell, tmp_path):
     out = tmp_path / "cell"
     res = ScriptedBackend(default="segfault-with-child").run_cell(variant_of(cpu_cell, "segv-child"), [], out)
@@ -529,21 +524,11 @@ def test_cli_timeout_exits_2_with_a_junit_error(tmp_path):
     assert err.type == "CellError"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cli.cmd_run does not validate --timeout: a negative value times every cell out at once "
-    "(exit 2) and 0 is silently ignored (`if args.timeout:`); bad configuration must exit 3",
-)
 def test_cli_nonpositive_timeout_is_bad_configuration(tmp_path):
     proc = rlparity("run", "--filter", CPU_FILTER, "--timeout", "-1", "--out", str(tmp_path / "res"), cwd=tmp_path)
     assert proc.returncode == 3, show(proc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: cli.cmd_run does not validate --variant: an unknown name runs every cell, each errors in "
-    "the suite (exit 2); bad configuration must exit 3 before any cell runs",
-)
 def test_cli_unknown_variant_is_bad_configuration(tmp_path):
     out = tmp_path / "res"
     proc = rlparity("run", "--filter", CPU_FILTER, "--variant", "ulp-flop", "--out", str(out), cwd=tmp_path)
@@ -593,12 +578,6 @@ def test_cli_compare_tensors(tmp_path):
     assert mixed.returncode == 3, show(mixed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Ctrl-C does not stop `rlparity run`: runner.run_cells leaves the ThreadPoolExecutor with "
-    "shutdown(wait=True), so the running cell (in its own session, untouched by SIGINT) runs to its timeout "
-    "and every queued cell still starts",
-)
 def test_cli_interrupt_stops_promptly_and_kills_the_running_cell(tmp_path):
     matrix = write_matrix(tmp_path / "two.toml", timeout_s=120, dtype=["fp32", "bf16"])
     out = tmp_path / "res"
@@ -678,11 +657,6 @@ def test_selftest_catches_each_negative_control(variant, tmp_path, request):
         assert clean.fingerprint["rl_kernel"]["library"] != "rl_kernel_fma.so"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `rlparity selftest --only` does not validate variant names: a typo runs a cell that errors "
-    "and is reported as a missed control (exit 1) instead of bad configuration (exit 3)",
-)
 def test_selftest_unknown_variant_is_bad_configuration(tmp_path):
     proc = rlparity("selftest", "--only", "ulp-flop", "--out", str(tmp_path / "st"), cwd=tmp_path)
     assert proc.returncode == 3, show(proc)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import rl_kernel.reference as S
 import torch
 
 import rl_kernel
+import rl_kernel.reference as S
 from rl_kernel import inputs
 
 VOCABS = (1, 7, 8, 9, 255, 256, 257, 2048, 2049, 5000, 151936)

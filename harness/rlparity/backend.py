@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Protocol
@@ -116,6 +117,16 @@ class LocalBackend:
 
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python
+        self._running: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Kill every running cell's process group (the run was interrupted)."""
+        with self._lock:
+            running = list(self._running)
+        for proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
 
     def probe(self) -> Inventory:
         env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES) or k in KEEP}
@@ -144,11 +155,19 @@ class LocalBackend:
             proc = subprocess.Popen(
                 self.command(cell_file, out), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
+            with self._lock:
+                self._running.add(proc)
             try:
                 rc: int | None = proc.wait(timeout=cell.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 rc = None
+            finally:
+                with self._lock:
+                    self._running.discard(proc)
+            # however the cell ended, nothing it started may outlive it (e.g. split ranks holding a GPU)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         return judge(cell, out, rc, round(time.monotonic() - t0, 3), started, cell.timeout_s)
 
 

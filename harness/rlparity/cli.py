@@ -48,6 +48,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     cells = select(matrix.cells, args.filter)
     if not cells:
         raise ConfigError(f"--filter {args.filter!r} selects no cell of matrix {matrix.name}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise ConfigError(f"--timeout must be > 0 seconds, not {args.timeout:g}")
+    from rlparity.variants import VARIANTS
+
+    if args.variant not in VARIANTS:
+        raise ConfigError(f"unknown --variant {args.variant!r} (known: {', '.join(VARIANTS)})")
     if args.timeout:
         cells = [dataclasses.replace(c, timeout_s=args.timeout) for c in cells]
     out = Path(args.out)
@@ -187,6 +193,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rlparity-selftest-"))
     variants = tuple(args.only) if args.only else ("none", *selftest.CONTROLS)
+    unknown = [v for v in variants if v not in ("none", *selftest.CONTROLS)]
+    if unknown:
+        raise ConfigError(f"unknown variant(s) {', '.join(unknown)} (known: none, {', '.join(selftest.CONTROLS)})")
     console.print(f"[bold]rlparity selftest[/]: {len(variants)} cells (the kernel and its negative controls) in {out}")
 
     def show(o) -> None:

@@ -103,6 +103,14 @@ def run_cells(
             finish(results.skipped(cell, reason))
         else:
             to_run.append(cell)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as ex:
+    ex = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         list(ex.map(run_one, to_run))
+    except BaseException:  # KeyboardInterrupt: start nothing more, stop what runs, keep what finished
+        ex.shutdown(wait=False, cancel_futures=True)
+        cancel = getattr(backend, "cancel", None)
+        if cancel is not None:
+            cancel()
+        raise
+    ex.shutdown()
     return [done[c.id] for c in cells]
