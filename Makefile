@@ -17,7 +17,7 @@ SOURCES := $(wildcard kernels/rl_kernel/csrc/*) setup.py pyproject.toml
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test lint kernels-check selfcheck selftest clean
+.PHONY: all build run test lint kernels-check selfcheck selftest print-python clean
 
 all: test
 
@@ -61,6 +61,10 @@ lint: build
 # Static proof for GPU targets we cannot run (clang 19 for AMD, nvcc for NVIDIA).
 kernels-check: $(ENV_STAMP)
 	$(PY) kernels/check/kernels_check.py
+
+# The interpreter the targets use (.ci/run asks, to run rlparity's own commands with it).
+print-python:
+	@echo $(PY)
 
 clean:
 	rm -rf build kernels/rl_kernel/_C*.so *.egg-info .pytest_cache

@@ -65,6 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         extra_env = variant_env(args.variant)
     console.print(f"[bold]rlparity[/] matrix [cyan]{matrix.name}[/] ({matrix.path}): {len(cells)} cells, "
                   f"backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
+    if hasattr(backend, "prepare"):  # docker: images built (and pinned, with --strict) before any cell
+        backend.prepare(cells, args.strict)
     inventory = backend.probe()
     from rlparity.runner import run_cells
 
@@ -231,6 +233,39 @@ def cmd_golden(args: argparse.Namespace) -> int:
     return 1 if wrong else 0
 
 
+def cmd_images(args: argparse.Namespace) -> int:
+    from rlparity import images
+    from rlparity.matrix import load_images
+
+    if args.action == "list":
+        table = Table(title="docker/images.toml")
+        for col in ("name", "flavour", "reference", "targets"):
+            table.add_column(col)
+        for img in load_images().values():
+            table.add_row(img.name, img.flavour, img.reference, " ".join(img.targets))
+        console.print(table)
+        return 0
+    import docker
+
+    try:
+        client = docker.from_env()
+    except Exception as exc:
+        raise ConfigError(f"no Docker engine reachable: {exc}") from exc
+    if args.action == "lock":
+        outcomes = images.lock(client, names=args.names or None)
+        for o in outcomes:
+            mark = f"[green]{o.digest}[/]" if o.digest else f"[yellow]not resolved[/]: {o.error}"
+            console.print(f"  {o.name:18} {o.reference}  {mark}")
+        return 0 if all(o.digest or "built locally" in o.error for o in outcomes) else 2
+    if not args.names:
+        raise ConfigError("images build needs at least one image name")
+    extra = dict(kv.split("=", 1) for kv in args.build_arg or [])
+    for name in args.names:
+        console.print(f"building {images.project_tag(name)} ...")
+        console.print(f"  {images.build(client, name, extra)}")
+    return 0
+
+
 # ---- argument parsing -----------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     """Bad arguments are bad configuration: exit 3, not argparse's 2 (which means a cell errored)."""
@@ -278,6 +313,16 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_golden)
+
+    i = sub.add_parser("images", help="list docker/images.toml, lock tags to digests, build rlparity:<name>")
+    i.add_argument("action", choices=("list", "lock", "build"))
+    i.add_argument("names", nargs="*", help="image names (default for lock: all)")
+    i.add_argument("--build-arg", action="append", help="KEY=VALUE passed to the image build")
+    i.set_defaults(func=cmd_images)
+
+    from rlparity import report
+
+    report.register(sub)
     return p
 
 
