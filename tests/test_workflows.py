@@ -642,11 +642,33 @@ def test_ci_amd_guard_admits_trusted_events() -> None:
     for ctx in (
         event_context("push"),
         event_context("workflow_dispatch"),
+        pr_context(fork=False, action="opened"),
         pr_context(fork=False, action="synchronize"),
-        pr_context(fork=False, action="labeled", labels=("bug",), label="bug"),
         pr_context(fork=True, action="labeled", labels=(SAFE_LABEL,), label=SAFE_LABEL),
     ):
         assert truthy(evaluate(cond, ctx)), ctx["github"]["event_name"]
+    # Another label on a same-repository PR: its own concurrency group, so the push run (not cancelled) has
+    # the AMD results; the label run does not repeat them.
+    assert not truthy(evaluate(cond, pr_context(fork=False, action="labeled", labels=("bug",), label="bug")))
+
+
+def test_ci_label_runs_do_not_cancel_the_gate() -> None:
+    """A label event's concurrency group differs from the push runs' group, and from other labels' groups."""
+    group = load(WORKFLOWS / "ci.yml")["concurrency"]["group"]
+
+    def resolve(ctx: dict) -> str:
+        return re.sub(
+            r"\$\{\{(.*?)\}\}",
+            lambda m: _str(evaluate(m.group(1), {**ctx, "github": {**ctx["github"], "workflow": "ci"}})),
+            group,
+            flags=re.S,
+        )
+
+    push = resolve(pr_context(fork=True, action="synchronize"))
+    safe = resolve(pr_context(fork=True, action="labeled", labels=(SAFE_LABEL,), label=SAFE_LABEL))
+    bug = resolve(pr_context(fork=True, action="labeled", labels=("bug",), label="bug"))
+    assert len({push, safe, bug}) == 3, (push, safe, bug)
+    assert push == resolve(pr_context(fork=True, action="opened")), "a new push must cancel the previous run"
 
 
 def test_nightly_layout() -> None:
