@@ -10,6 +10,7 @@ registry, no AMD GPU): its Dockerfile is checked statically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from rlparity import images, results
@@ -112,7 +114,7 @@ def test_both_dockerfiles_accept_an_extra_ca():
 
 def test_images_toml_pins_the_seed_and_a_current_rocm():
     imgs = load_images()
-    data = __import__("tomllib").loads((REPO / "docker/images.toml").read_text())["images"]
+    data = tomllib.loads((REPO / "docker/images.toml").read_text())["images"]
     seed = [n for n, e in data.items() if e["rocm"].startswith("6.0") and e["torch"].startswith("2.2")]
     current = [n for n, e in data.items() if e["flavour"] == "rocm" and re.match(r"^(6\.4|7\.)", e["rocm"])]
     assert seed and "gfx90a" in data[seed[0]]["targets"]
@@ -160,7 +162,7 @@ def test_images_lock_writes_digests_and_their_source_keeping_comments(tmp_path):
     assert after.count("\n") == before.count("\n") and after.splitlines()[0] == before.splitlines()[0]
     pinned = load_images(path)["rocm64-torch26"]
     assert pinned.digest == digest and pinned.reference == f"rocm/pytorch@{digest}"
-    assert "get_registry_data" in __import__("tomllib").loads(after)["images"]["rocm64-torch26"]["digest_source"]
+    assert "get_registry_data" in tomllib.loads(after)["images"]["rocm64-torch26"]["digest_source"]
 
 
 def _compose() -> dict:
@@ -175,7 +177,7 @@ def _default(value: str, var: str) -> str:
 
 def test_compose_defaults_follow_images_toml():
     services = _compose()["services"]
-    data = __import__("tomllib").loads((REPO / "docker/images.toml").read_text())["images"]
+    data = tomllib.loads((REPO / "docker/images.toml").read_text())["images"]
     rocm = data["rocm64-torch26"]
     args = services["test"]["build"]["args"]
     assert _default(args["BASE_IMAGE"], "ROCM_BASE_IMAGE") == f"{rocm['base']}:{rocm['tag']}"
@@ -292,7 +294,7 @@ class _Misbehaving(DockerBackend):
 def test_docker_backend_turns_a_misbehaving_container_into_an_error(client, cpu_image, tmp_path, command, timeout,
                                                                     reason):  # fmt: skip
     cell = next(iter(select(load_matrix("quick", backend="docker").cells, f"image=cpu {CELL_FILTER} dtype=fp32")))
-    cell = __import__("dataclasses").replace(cell, timeout_s=timeout)
+    cell = dataclasses.replace(cell, timeout_s=timeout)
     backend = _Misbehaving(command)
     res = backend.run_cell(cell, [], tmp_path / "cell")
     assert res.status == "error" and reason in res.reason, res.reason

@@ -7,11 +7,15 @@ walking the table headers: good enough to point a person at the right line of a 
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the rocm/pytorch images run Python 3.10
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 MATRICES_DIR = REPO / "harness" / "matrices"
