@@ -206,7 +206,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
             mark = "[green]passes[/]" if o.caught else "[red]FAILS[/]"
         console.print(f"  {o.variant:15} {mark}  ({o.status}) {', '.join(o.caught_by[:3])}")
 
-    outcomes = selftest.run(out, variants, on_result=show)
+    outcomes = selftest.run(out, variants, on_result=show, target=args.target)
     ok = all(o.caught for o in outcomes)
     console.print(f"selftest: {'[green]every control caught[/]' if ok else '[red]a control was missed[/]'}")
     return 0 if ok else 1
@@ -305,6 +305,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selftest", help="every negative control must be caught (exit 0 only then)")
     s.add_argument("--out", default=None, help="where the control cells write (default: a temp dir)")
     s.add_argument("--only", nargs="+", default=None, help="run only these variants")
+    s.add_argument("--target", default="cpu", help="run the controls on this target (cpu, or this host's GPU)")
     s.set_defaults(func=cmd_selftest)
 
     g = sub.add_parser("golden", help="check (or --update) the exact tier's golden digests on this machine")

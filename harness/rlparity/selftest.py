@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlparity import results
+from rlparity.applicability import skip_reason
 from rlparity.backend import LocalBackend
+from rlparity.config import ConfigError
 from rlparity.matrix import Cell, load_axes
 from rlparity.variants import VARIANTS, variant_env
 
@@ -24,17 +26,21 @@ class ControlOutcome:
     reason: str
 
 
-def selftest_cell(shapes: str = "selftest", dtype: str = "fp32", timeout_s: float = 600.0) -> Cell:
+def selftest_cell(shapes: str = "selftest", dtype: str = "fp32", timeout_s: float = 600.0, target: str = "cpu") -> Cell:
     axes = load_axes()
+    if target not in axes.targets:
+        raise ConfigError(f"unknown target {target!r} (known: {', '.join(axes.targets)})")
+    t = axes.targets[target]
     return Cell(
         image="local",
-        target="cpu",
+        target=target,
         profile="baseline",
         placement="single",
         dtype=dtype,
         shapes=shapes,
         tier="exact",
-        platform="cpu",
+        platform=t.platform,
+        arch=t.arch,
         shape_list=axes.shapes[shapes],
         timeout_s=timeout_s,
         repeats=3,
@@ -47,12 +53,20 @@ def outcome(variant: str, res: results.CellResult) -> ControlOutcome:
     return ControlOutcome(variant, res.status, caught, differed, res.reason)
 
 
-def run(out: Path, variants: tuple[str, ...] = ("none", *CONTROLS), on_result=None) -> list[ControlOutcome]:
+def run(
+    out: Path, variants: tuple[str, ...] = ("none", *CONTROLS), on_result=None, target: str = "cpu"
+) -> list[ControlOutcome]:
+    """Each variant as a cell of `target` (cpu, or this host's GPU target: the controls then run on it)."""
     backend = LocalBackend()
-    cell = selftest_cell()
+    cell = selftest_cell(target=target)
+    gpu = cell.platform != "cpu"
+    if gpu:
+        reason = skip_reason(cell, backend.probe())
+        if reason:
+            raise ConfigError(f"selftest --target {target}: {reason}")
     outcomes = []
     for v in variants:
-        res = backend.run_cell(cell, [], out / v, v, variant_env(v))
+        res = backend.run_cell(cell, [0] if gpu else [], out / v, v, variant_env(v, gpu=gpu))
         results.write(res, out / v)
         outcomes.append(outcome(v, res))
         if on_result:

@@ -5,16 +5,20 @@ every one of them. Each control is a way real kernels go wrong:
 
 - ulp-flip:       one element's last bit differs (the smallest possible divergence).
 - reversed-order: rl_kernel over the vocabulary in reverse: the same math, the reduction order reversed.
-- fma-build:      rl_kernel compiled with -ffp-contract=fast (-mfma on x86): implicit FMA contraction.
+- fma-build:      rl_kernel compiled with -ffp-contract=fast (-mfma on x86), and for a GPU cell its device
+                  code with --fmad=true (nvcc) or -ffp-contract=fast (hipcc): implicit FMA contraction.
                   Selected by loading that build through RL_KERNEL_LIBRARY (see build_fma_variant).
 - wave-tree:      the lane tree follows the wavefront width (shuffle-down within 64 lanes, then waves
                   in order), as a hardware-width reduction would.
-- atomics:        lane partials combined in arrival order, which changes from call to call (atomicAdd).
+- atomics:        on a GPU, a real atomics reduction: each row's sum of exp accumulated with
+                  torch.index_add_ (atomicAdd, arrival order varies from call to call); on the CPU, where
+                  there is no such nondeterminism to borrow, the lane partials combined in a random order.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -46,9 +50,10 @@ def stats_fn(variant: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
     move with any change of reduction order even where the rounded log-probs do not."""
     if variant not in VARIANTS:
         raise ValueError(f"unknown RLPARITY_VARIANT {variant!r} (known: {', '.join(VARIANTS)})")
-    if variant in ("wave-tree", "atomics"):
-        tree = {"wave-tree": _wave_tree, "atomics": _arrival_order_tree}[variant]
-        return lambda x: _reference_stats(x, tree)
+    if variant == "atomics":
+        return lambda x: _atomic_stats(x) if x.is_cuda else _reference_stats(x, _arrival_order_tree)
+    if variant == "wave-tree":
+        return lambda x: _reference_stats(x, _wave_tree)
     if variant == "reversed-order":
         return lambda x: rl_kernel.row_stats(x.flip(-1))
     if variant == "ulp-flip":
@@ -120,7 +125,40 @@ def _wave(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
 
 
 def _atomics(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    if x.is_cuda:
+        return _AtomicLogprobs.apply(x, tok)
     return _ReferenceWithTree.apply(x, tok, "atomics")
+
+
+def _atomic_stats(x: torch.Tensor) -> torch.Tensor:
+    """[max, sum of exp, log sum] per row, the sum accumulated by atomicAdd (index_add_ on the GPU)."""
+    xf = x.detach().float()
+    rows, vocab = xf.shape
+    m = xf.max(dim=-1).values
+    e = torch.exp(xf - m[:, None]).reshape(-1)
+    owner = torch.arange(rows, device=x.device).repeat_interleave(vocab)
+    s = torch.zeros(rows, device=x.device, dtype=torch.float32).index_add_(0, owner, e)
+    return torch.stack([m, s, torch.log(s)], dim=-1)
+
+
+class _AtomicLogprobs(torch.autograd.Function):
+    """Forward: x[tok] - max - log(sum of exp) with an atomics sum. Backward: rl_kernel's."""
+
+    @staticmethod
+    def forward(ctx, x, tok):
+        ctx.save_for_backward(x, tok)
+        stats = _atomic_stats(x)
+        picked = x.detach().float().gather(-1, tok.clamp_min(0)[:, None])[:, 0]
+        out = (picked - stats[:, 0]) - stats[:, 2]
+        return torch.where(tok == IGNORE, torch.zeros_like(out), out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, tok = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (g,) = torch.autograd.grad(_exact(leaf, tok), leaf, grad)
+        return g, None
 
 
 def _wave_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,42 +185,51 @@ def _arrival_order_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.nd
     return am[0], as_[0]
 
 
-def variant_env(variant: str) -> dict[str, str]:
+def variant_env(variant: str, gpu: bool = False) -> dict[str, str]:
     """Env a cell needs for a variant: the fma-build control loads its own build of rl_kernel."""
-    return {"RL_KERNEL_LIBRARY": str(build_fma_variant())} if variant == "fma-build" else {}
+    return {"RL_KERNEL_LIBRARY": str(build_fma_variant(gpu=gpu))} if variant == "fma-build" else {}
 
 
 # ---- the contracted-FMA build ------------------------------------------------------------------------
 FMA_FLAGS = ["-ffp-contract=fast"] + (["-mfma"] if platform.machine() in ("x86_64", "AMD64") else [])
 
 
-def build_fma_variant(cache: Path | None = None) -> Path:
-    """Compile rl_kernel's CPU operators with implicit FMA contraction; returns the shared library.
+def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
+    """Compile rl_kernel with implicit FMA contraction; returns the shared library.
 
-    Built in a subprocess (loading it here would register torch.ops.rl_kernel twice) and cached by a hash
-    of the sources and flags.
+    gpu=False: the CPU operators only. gpu=True: also the CUDA/HIP kernels, device code with --fmad=true
+    (nvcc) or -ffp-contract=fast (hipcc). Built in a subprocess (loading it here would register
+    torch.ops.rl_kernel twice) and cached by a hash of the sources and flags.
     """
     from rl_kernel import build_flags
 
     csrc = Path(rl_kernel.__file__).parent / "csrc"
-    flags = [*build_flags.CXX_FLAGS, *FMA_FLAGS]
+    cxx = [*build_flags.CXX_FLAGS, *FMA_FLAGS]
+    device: list[str] = []
+    sources = [csrc / "ops_cpu.cpp"]
+    if gpu:
+        sources.append(csrc / "ops_gpu.cu")
+        if torch.version.hip:
+            device = [f for f in build_flags.HIP_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
+        else:
+            device = [f.replace("--fmad=false", "--fmad=true") for f in build_flags.NVCC_FLAGS]
+            device = [f for f in device if f != "-Xcompiler=-ffp-contract=off"]
+    spec = {"sources": [str(p) for p in sources], "cxx": cxx, "device": device}
     key = hashlib.sha256(
-        "".join(p.read_text() for p in sorted(csrc.iterdir()) if p.is_file()).encode() + " ".join(flags).encode()
+        "".join(p.read_text() for p in sorted(csrc.iterdir()) if p.is_file()).encode() + json.dumps(spec).encode()
     ).hexdigest()[:12]
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
-    out = root / f"fma-{key}"
+    out = root / f"fma-{'gpu' if gpu else 'cpu'}-{key}"
     lib = out / "rl_kernel_fma.so"
     if lib.exists():
         return lib
     out.mkdir(parents=True, exist_ok=True)
     code = (
-        "import sys, torch.utils.cpp_extension as E; "
-        "E.load(name='rl_kernel_fma', sources=[sys.argv[1]], extra_cflags=sys.argv[3:], "
+        "import json, sys, torch.utils.cpp_extension as E; s = json.loads(sys.argv[1]); "
+        "E.load(name='rl_kernel_fma', sources=s['sources'], extra_cflags=s['cxx'], extra_cuda_cflags=s['device'], "
         "build_directory=sys.argv[2], is_python_module=False, verbose=False)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(csrc / "ops_cpu.cpp"), str(out), *flags], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(out)], capture_output=True, text=True)
     if proc.returncode != 0 or not lib.exists():
         raise RuntimeError(f"building the FMA variant failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return lib
