@@ -662,6 +662,14 @@ def test_selftest_unknown_variant_is_bad_configuration(tmp_path):
     assert proc.returncode == 3, show(proc)
 
 
+@pytest.mark.parametrize(("target", "says"), [("gfx942", "gfx942"), ("gfx9999", "unknown target")])
+def test_selftest_on_a_target_this_host_lacks_is_bad_configuration(tmp_path, target, says):
+    """--target must name a known target that this machine has: never a silent CPU run instead."""
+    proc = rlparity("selftest", "--target", target, "--only", "none", "--out", str(tmp_path / "st"), cwd=tmp_path)
+    assert proc.returncode == 3 and says in proc.stdout + proc.stderr, show(proc)
+    assert not (tmp_path / "st" / "none").exists()
+
+
 def _hand_result(status: str, comparisons: list[tuple[str, bool, bool]], variant: str = "none") -> results.CellResult:
     from rlparity.selftest import selftest_cell
 
