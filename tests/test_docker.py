@@ -322,3 +322,21 @@ def test_docker_compose_runs_test_cpu(client, cpu_image, tmp_path):
     assert (out / "junit.xml").exists() and json.loads((out / "summary.json").read_text())["exit_code"] == 0
     with contextlib.suppress(Exception):
         subprocess.run(["docker-compose", "-f", str(REPO / "compose.yaml"), "down"], capture_output=True, cwd=REPO)
+
+
+def test_docker_compose_report_service_renders_a_results_dir(client, cpu_image, tmp_path):
+    need("docker-compose", shutil.which("docker-compose") is not None)
+    res_dir, rep_dir = tmp_path / "results", tmp_path / "report"
+    rep_dir.mkdir()
+    cell = next(iter(select(load_matrix("quick").cells, f"target=cpu {CELL_FILTER} dtype=fp32")))
+    res = results.CellResult(cell, "failed", "bitwise mismatch in planted", digests={"x/logprobs": "ab" * 32})
+    results.write(res, results.cell_dir(res_dir, cell))
+    env = {**os.environ, "RESULTS_DIR": str(res_dir), "REPORT_DIR": str(rep_dir),
+           "RLPARITY_UID": str(os.getuid()), "RLPARITY_GID": str(os.getgid())}  # fmt: skip
+    proc = subprocess.run(
+        ["docker-compose", "-f", str(REPO / "compose.yaml"), "run", "--rm", "report"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert cell.id in (rep_dir / "report.md").read_text()
+    assert "data:image/png;base64" in (rep_dir / "report.html").read_text()
