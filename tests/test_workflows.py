@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import re
-import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tooling import find_tool, require
 
 try:
     import yaml
@@ -42,19 +40,9 @@ except ImportError:  # pragma: no cover - PyYAML is installed by CI
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT_CONFIG = ROOT / ".github" / "actionlint.yaml"
-IN_CI = os.environ.get("CI") == "true"
 REPO = "rlparity-org/rlparity"  # any name: the rules compare the head repository with github.repository
 SAFE_LABEL = "safe-to-test"
 SHA = re.compile(r"^[0-9a-f]{40}$")
-
-
-def require(tool: str, found: object) -> None:
-    """A missing tool fails in CI (the workflows and .ci/run install it) and skips elsewhere."""
-    if found:
-        return
-    if IN_CI:
-        pytest.fail(f"{tool} is not installed, and CI=true: the CI setup must install it")
-    pytest.skip(f"{tool} not installed")
 
 
 # ---- loading -----------------------------------------------------------------------------------------------
@@ -561,9 +549,7 @@ def check_workflow(wf: dict, *, cancel_in_progress: bool = False) -> list[str]:
 
 # ---- actionlint --------------------------------------------------------------------------------------------
 def actionlint() -> str | None:
-    found = shutil.which("actionlint")
-    beside = Path(sys.executable).with_name("actionlint")  # installed into this interpreter, not on PATH
-    return found or (str(beside) if beside.is_file() else None)
+    return find_tool("actionlint")
 
 
 def test_workflows_exist() -> None:
@@ -605,7 +591,7 @@ def test_actionlint_catches_a_broken_workflow(tmp_path: Path) -> None:
 
 def test_shellcheck_available_to_actionlint() -> None:
     """actionlint checks run: scripts with shellcheck only where shellcheck is on PATH (it is on GitHub's runners)."""
-    require("shellcheck", shutil.which("shellcheck"))
+    require("shellcheck", find_tool("shellcheck"))
 
 
 # ---- the safety rules on the real workflows ----------------------------------------------------------------

@@ -39,13 +39,18 @@ class Backend(Protocol):
     ) -> results.CellResult: ...
 
 
+def clean_env(base: dict[str, str]) -> dict[str, str]:
+    """The caller's env without the variables that change numerics (device visibility is kept)."""
+    return {k: v for k, v in base.items() if not k.startswith(ENV_PREFIXES) or k in KEEP}
+
+
 def cell_env(
     cell: Cell, devices: list[int], base: dict[str, str], variant: str = "none", extra: dict[str, str] | None = None
 ) -> dict[str, str]:
     """The env a cell's process starts with: the caller's, minus every numerics-relevant variable (so
     `baseline` means nothing set), plus the profile's variables, the device pinning and `extra` (the
     negative controls' RL_KERNEL_LIBRARY)."""
-    env = {k: v for k, v in base.items() if not k.startswith(ENV_PREFIXES) or k in KEEP}
+    env = clean_env(base)
     env.update(cell.env)
     env.update(extra or {})
     if cell.platform in VISIBILITY:
@@ -66,6 +71,17 @@ def visible_devices(inherited: str | None, indices: list[int]) -> str:
             raise ValueError(f"device index {bad[0]} is outside the inherited visible devices {inherited!r}")
         return ",".join(allowed[i] for i in indices)
     return ",".join(str(i) for i in indices)
+
+
+def prepare_cell_dir(cell: Cell, out: Path) -> Path:
+    """A cell's result dir before it runs: no stale result or junit from an earlier run (judge() must
+    never trust those), and cell.json, the cell as run. Returns cell.json's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (results.RESULT_FILE, results.JUNIT_FILE):
+        (out / stale).unlink(missing_ok=True)
+    cell_file = out / results.CELL_FILE
+    cell_file.write_text(json.dumps(cell.to_dict(), indent=1) + "\n")
+    return cell_file
 
 
 def tail(path: Path, chars: int = TAIL_CHARS) -> str:
@@ -129,7 +145,7 @@ class LocalBackend:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def probe(self) -> Inventory:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES) or k in KEEP}
+        env = clean_env(dict(os.environ))
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         proc = subprocess.run(
             [self.python, "-m", "rlparity.inventory"], capture_output=True, text=True, env=env, timeout=300
@@ -144,11 +160,7 @@ class LocalBackend:
     def run_cell(
         self, cell: Cell, devices: list[int], out: Path, variant: str = "none", extra_env: dict[str, str] | None = None
     ) -> results.CellResult:
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in (results.RESULT_FILE, results.JUNIT_FILE):
-            (out / stale).unlink(missing_ok=True)
-        cell_file = out / results.CELL_FILE
-        cell_file.write_text(json.dumps(cell.to_dict(), indent=1) + "\n")
+        cell_file = prepare_cell_dir(cell, out)
         env = cell_env(cell, devices, dict(os.environ), variant, extra_env)
         started, t0 = results.now(), time.monotonic()
         with (out / results.LOG_FILE).open("wb") as log:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from rlparity import results
-from rlparity.backend import judge
+from rlparity.backend import judge, prepare_cell_dir
 from rlparity.config import ConfigError
 from rlparity.images import project_tag, require_pinned
 from rlparity.inventory import Inventory
@@ -100,10 +100,7 @@ class DockerBackend:
     def run_cell(
         self, cell: Cell, devices: list[int], out: Path, variant: str = "none", extra_env: dict[str, str] | None = None
     ) -> results.CellResult:
-        out.mkdir(parents=True, exist_ok=True)
-        for stale in (results.RESULT_FILE, results.JUNIT_FILE):
-            (out / stale).unlink(missing_ok=True)
-        (out / results.CELL_FILE).write_text(json.dumps(cell.to_dict(), indent=1) + "\n")
+        prepare_cell_dir(cell, out)
         started, t0 = results.now(), time.monotonic()
         container = None
         try:

@@ -78,6 +78,14 @@ def _exact(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
     return rl_kernel.token_logprobs(x, tok, IGNORE)
 
 
+def _exact_grad(x: torch.Tensor, tok: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """rl_kernel's gradient: the controls that only change the forward reuse it."""
+    with torch.enable_grad():
+        leaf = x.detach().requires_grad_()
+        (g,) = torch.autograd.grad(_exact(leaf, tok), leaf, grad)
+    return g
+
+
 def _ulp_flip(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
     """Element 0 with its last bit flipped. Added as a difference of two adjacent floats, which is exact,
     so the result is the flipped value and the gradient still flows."""
@@ -113,11 +121,7 @@ class _ReferenceWithTree(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, tok = ctx.saved_tensors
-        with torch.enable_grad():
-            leaf = x.detach().requires_grad_()
-            (g,) = torch.autograd.grad(_exact(leaf, tok), leaf, grad)
-        return g, None, None
+        return _exact_grad(*ctx.saved_tensors, grad), None, None
 
 
 def _wave(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
@@ -154,11 +158,7 @@ class _AtomicLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x, tok = ctx.saved_tensors
-        with torch.enable_grad():
-            leaf = x.detach().requires_grad_()
-            (g,) = torch.autograd.grad(_exact(leaf, tok), leaf, grad)
-        return g, None
+        return _exact_grad(*ctx.saved_tensors, grad), None
 
 
 def _wave_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
