@@ -13,11 +13,11 @@ else
   ENV_STAMP := .venv/.stamp
 endif
 
-SOURCES := $(wildcard kernels/rl_kernel/csrc/*) setup.py pyproject.toml
+SOURCES := $(wildcard kernels/rl_kernel/csrc/*/*) kernels/rl_kernel/build_flags.py setup.py pyproject.toml
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test lint kernels-check selfcheck selftest print-python clean
+.PHONY: all build run test lint kernels-check selfcheck golden selftest print-python clean
 
 all: test
 
@@ -46,6 +46,11 @@ run: build
 # The kernels' own bitwise self-check (CPU vs GPU bits) on this machine's devices.
 selfcheck: build
 	$(PY) -m rl_kernel.selfcheck
+
+# Checks the committed golden digests (kernels/rl_kernel/golden/exact/<family>.json) against this
+# build. The only writer is `$(PY) -m rl_kernel.golden --update`, run by hand after an intended change.
+golden: build
+	$(PY) -m rl_kernel.golden
 
 # The harness's negative controls: every deliberately wrong kernel must be caught.
 selftest: build

@@ -18,7 +18,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 ROOT = Path(__file__).parent
-CSRC = "kernels/rl_kernel/csrc"
+# Flags and the discovered sources (common/*.cpp, csrc/<family>/*_cpu.cpp and *_gpu.cu); no list here.
 flags = runpy.run_path(str(ROOT / "kernels/rl_kernel/build_flags.py"))
 
 
@@ -36,7 +36,7 @@ def extension():
     extra = flags["extra_flags"]()
     cxx = flags["CXX_FLAGS"] + extra
     if not want_gpu():
-        return CppExtension("rl_kernel._C", [f"{CSRC}/ops_cpu.cpp"], extra_compile_args={"cxx": cxx})
+        return CppExtension("rl_kernel._C", flags["sources"](gpu=False), extra_compile_args={"cxx": cxx})
     if torch.version.hip is not None:
         os.environ["PYTORCH_ROCM_ARCH"] = flags["rocm_arch"]()
         device = flags["HIP_FLAGS"] + extra
@@ -44,7 +44,7 @@ def extension():
         device = flags["NVCC_FLAGS"] + extra
     return CUDAExtension(
         "rl_kernel._C",
-        [f"{CSRC}/ops_cpu.cpp", f"{CSRC}/ops_gpu.cu"],
+        flags["sources"](gpu=True),
         extra_compile_args={"cxx": cxx, "nvcc": device},
     )
 

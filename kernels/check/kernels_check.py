@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "instantiate.cu"
 sys.path.insert(0, str(HERE.parent / "rl_kernel"))
 import build_flags  # noqa: E402  (pure-Python flag lists, no extension needed)
 
@@ -105,7 +104,9 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
 
-def check_hip(clang: str, target: str, arch_flags: list[str], extra: list[str], tmp: Path) -> TargetResult:
+def check_hip(
+    clang: str, target: str, arch_flags: list[str], extra: list[str], tmp: Path, source: Path
+) -> TargetResult:
     out = tmp / f"{target}.s"
     cmd = [
         clang,
@@ -118,7 +119,7 @@ def check_hip(clang: str, target: str, arch_flags: list[str], extra: list[str], 
         "-S",
         *build_flags.HIP_FLAGS,
         *extra,
-        str(SOURCE),
+        str(source),
         "-o",
         str(out),
     ]
@@ -139,7 +140,7 @@ def ptx_bodies(ptx: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"\.entry\s+(\w+)\s*\((.*?)^\}", ptx, re.M | re.S)}
 
 
-def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) -> list[TargetResult]:
+def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, source: Path) -> list[TargetResult]:
     ptx = tmp / f"{target}.ptx"
     nvcc_extra = [f for f in extra if not f.startswith("-ffp-contract")]
     if "-ffp-contract=fast" in extra:  # the same negative control, spelled for nvcc
@@ -147,7 +148,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
     flags = [f for f in build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
     fmad = [f for f in nvcc_extra if f.startswith("--fmad")] or ["--fmad=false"]
     nvcc_extra = [f for f in nvcc_extra if not f.startswith("--fmad")]
-    cmd = ["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-ptx", str(SOURCE), "-o", str(ptx)]
+    cmd = ["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-ptx", str(source), "-o", str(ptx)]
     proc = run(cmd)
     if proc.returncode != 0:
         return [TargetResult(target, "nvcc", False, error=proc.stderr.strip()[-2000:])]
@@ -157,7 +158,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
     results = [TargetResult(f"{target}-ptx", "nvcc", bool(bodies) and not violations, len(bodies), violations)]
     if shutil.which("cuobjdump"):
         cubin = tmp / f"{target}.cubin"
-        proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(SOURCE), "-o", str(cubin)])
+        proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(source), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
         sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH})
@@ -175,6 +176,14 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path) 
     return results
 
 
+def write_unit(tmp: Path) -> Path:
+    """One translation unit that includes every family's csrc/<family>/<family>_check.cu (found by name),
+    so each target is compiled once and every kernel of every family is scanned."""
+    unit = tmp / "kernels_check.cu"
+    unit.write_text("".join(f'#include "{p}"\n' for p in build_flags.check_sources()))
+    return unit
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["hip", "cuda"], help="check one toolchain only")
@@ -186,19 +195,20 @@ def main(argv: list[str] | None = None) -> int:
     optional: list[str] = []
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        source = write_unit(tmp)
         if args.only in (None, "hip"):
             clang = find_clang()
             if clang is None:
                 missing.append("clang++-19 (apt-get install clang-19 llvm-19 lld-19 libamdhip64-dev)")
             else:
-                results += [check_hip(clang, t, f, extra, tmp) for t, f in HIP_TARGETS]
+                results += [check_hip(clang, t, f, extra, tmp, source) for t, f in HIP_TARGETS]
         if args.only in (None, "cuda"):
             if shutil.which("nvcc") is None:
                 # nvcc is optional unless asked for: the CUDA check runs where nvcc exists.
                 (missing if args.only == "cuda" else optional).append("nvcc")
             else:
                 for t, f in CUDA_TARGETS:
-                    results += check_cuda(t, f, extra, tmp)
+                    results += check_cuda(t, f, extra, tmp, source)
     print(f"kernels-check: extra flags {extra or 'none'}")
     for r in results:
         status = "ok" if r.ok else "FAIL"

@@ -1,13 +1,21 @@
-"""Compiler flags that are part of the numerical contract (docs/numerics.md).
+"""Compiler flags that are part of the numerical contract (docs/numerics.md), and
+the extension's sources.
 
-Pure data, importable before the extension is built: setup.py, `make kernels-check`
-and the environment fingerprint all read it, so there is one list.
+Pure Python, importable before the extension is built: setup.py (through runpy),
+`make kernels-check`, the FMA negative control and the environment fingerprint all
+read it, so there is one list of flags. Sources are discovered, never listed: a
+family is a folder csrc/<family>/ whose <family>_cpu.cpp, <family>_gpu.cu and
+<family>_check.cu are found by name.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+REPO = CSRC.parents[2]  # kernels/rl_kernel/csrc -> the repository root
 
 # Host C++ (the CPU golden reference): every mul and add rounded on its own.
 CXX_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-finite-math-only"]
@@ -37,3 +45,22 @@ def extra_flags() -> list[str]:
 def rocm_arch() -> str:
     """GPU targets for a ROCm build: PYTORCH_ROCM_ARCH, else GPU_TARGETS, else the default."""
     return os.environ.get("PYTORCH_ROCM_ARCH") or os.environ.get("GPU_TARGETS") or DEFAULT_ROCM_ARCH
+
+
+def _found(root: Path, patterns: tuple[str, ...]) -> list[Path]:
+    """Files under root matching the patterns, each group sorted by path (a deterministic order)."""
+    return [p for pattern in patterns for p in sorted(root.glob(pattern))]
+
+
+def sources(gpu: bool, root: Path | None = None) -> list[str]:
+    """The extension's sources, relative to the repository root (root, default this checkout):
+    csrc/common/*.cpp and every family's *_cpu.cpp, plus every family's *_gpu.cu when gpu."""
+    root = REPO if root is None else Path(root)
+    csrc = root / CSRC.relative_to(REPO)
+    patterns = ("common/*.cpp", "*/*_cpu.cpp") + (("*/*_gpu.cu",) if gpu else ())
+    return [p.relative_to(root).as_posix() for p in _found(csrc, patterns)]
+
+
+def check_sources() -> list[Path]:
+    """Every family's ATen-free kernel instantiations (csrc/<family>/<family>_check.cu) for kernels-check."""
+    return _found(CSRC, ("*/*_check.cu",))

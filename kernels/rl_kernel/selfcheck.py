@@ -4,7 +4,8 @@
 
 For every vocabulary size and dtype: run-to-run equality, batch invariance (a
 row alone, the batch reversed), and, where a CUDA/ROCm device and the GPU build
-are present, CPU bits == GPU bits for every output and gradient. Prints a table;
+are present, CPU bits == GPU bits for every output and gradient of every
+operator (rl_kernel.ops.all_specs()). Prints a table;
 exits 1 on any mismatch.
 """
 
@@ -21,51 +22,44 @@ from rich.table import Table
 
 import rl_kernel
 from rl_kernel import bitwise, inputs
+from rl_kernel.ops import Case, all_specs
 
 
-def case_inputs(vocab: int, dtype: torch.dtype, seed: int):
-    """Random rows plus the edge-case rows, token ids (every 5th ignored), upstream grads."""
-    n = 64 if vocab <= 32000 else 16
-    x = inputs.logits(n, vocab, dtype, seed)
-    if vocab >= 8:
-        x = torch.cat([x, inputs.edge_rows(vocab, dtype)])
-    tok = inputs.tokens(x.shape[0], vocab, seed)
-    tok[::5] = -100
-    g = torch.Generator().manual_seed(seed + 7)
-    return x, tok, torch.randn(x.shape, generator=g), torch.randn(x.shape[:-1], generator=g)
-
-
-def outputs(x, tok, gx, gr) -> dict[str, torch.Tensor]:
-    """Every forward output and gradient of the public API, moved to the CPU."""
-    dev = x.device
+def outputs(case: Case) -> dict[str, torch.Tensor]:
+    """Every forward output and gradient of every operator (rl_kernel.ops.all_specs()), on the CPU."""
     res = {}
-    for name, fn, g in (
-        ("log_softmax", rl_kernel.log_softmax, gx),
-        ("token_logprobs", lambda t: rl_kernel.token_logprobs(t, tok.to(dev)), gr),
-        ("entropy", rl_kernel.entropy, gr),
-    ):
-        xr = x.clone().requires_grad_(True)
-        y = fn(xr)
-        y.backward(g.to(dev))
-        res[name], res[f"{name}.grad"] = y.detach(), xr.grad
-    res["row_stats"] = rl_kernel.row_stats(x)
+    for spec in all_specs():
+        if spec.differentiable:
+            res[spec.name], res[f"{spec.name}.grad"] = spec.output_and_grad(case)
+        else:
+            res[spec.name] = spec.output(case)
     return {k: v.cpu() for k, v in res.items()}
 
 
+def _check_case(vocab: int, dtype: torch.dtype, seed: int) -> Case:
+    """The random case of the families (each family's check_case; today the softmax family's)."""
+    makers = {spec.check_case for spec in all_specs()}
+    if len(makers) != 1:
+        raise NotImplementedError("selfcheck: one case maker per run; split the run by family")
+    return makers.pop()(vocab, dtype, seed)
+
+
 def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
-    x, tok, gx, gr = case_inputs(vocab, dtype, seed=vocab)
-    cpu = outputs(x, tok, gx, gr)
-    checks = {f"{k} cpu run-to-run": bitwise.diff(cpu[k], v) for k, v in outputs(x, tok, gx, gr).items()}
+    case = _check_case(vocab, dtype, seed=vocab)
+    x = case.logits
+    cpu = outputs(case)
+    checks = {f"{k} cpu run-to-run": bitwise.diff(cpu[k], v) for k, v in outputs(case).items()}
     dev = torch.device("cuda") if gpu else torch.device("cpu")
-    xs, ts = x.to(dev), tok.to(dev)
+    xs, ts = x.to(dev), case.tokens.to(dev)
     full = rl_kernel.token_logprobs(xs, ts).cpu()
     alone = rl_kernel.token_logprobs(xs[3:4].clone(), ts[3:4]).cpu()
     rev = rl_kernel.token_logprobs(xs.flip(0), ts.flip(0)).flip(0).cpu()
     checks[f"token_logprobs {dev.type} row alone == in batch"] = bitwise.diff(alone, full[3:4])
     checks[f"token_logprobs {dev.type} reversed batch"] = bitwise.diff(rev, full)
     if gpu:
-        g1 = outputs(xs, tok, gx, gr)
-        g2 = outputs(xs, tok, gx, gr)
+        on_gpu = case.to(dev)
+        g1 = outputs(on_gpu)
+        g2 = outputs(on_gpu)
         for k in cpu:
             checks[f"{k} cpu == gpu"] = bitwise.diff(cpu[k], g1[k])
             checks[f"{k} gpu run-to-run"] = bitwise.diff(g1[k], g2[k])

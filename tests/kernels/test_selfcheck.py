@@ -1,11 +1,11 @@
-"""`make run` (rl_kernel.selfcheck): passes on this build, and a planted mismatch fails it."""
+"""`make selfcheck` (rl_kernel.selfcheck): passes on this build, and a planted mismatch fails it."""
 
 from __future__ import annotations
 
 import torch
 
-import rl_kernel
 from rl_kernel import selfcheck
+from rl_kernel.ops import softmax
 
 
 def test_selfcheck_passes_and_prints_a_table(capsys) -> None:
@@ -15,7 +15,7 @@ def test_selfcheck_passes_and_prints_a_table(capsys) -> None:
 
 
 def test_selfcheck_catches_a_one_ulp_flip(monkeypatch, capsys) -> None:
-    real = rl_kernel.token_logprobs
+    real = softmax.token_logprobs
     calls = {"n": 0}
 
     def flipped(*args, **kwargs):
@@ -27,7 +27,7 @@ def test_selfcheck_catches_a_one_ulp_flip(monkeypatch, capsys) -> None:
             return out + (bits.view(torch.float32) - out.detach())  # exact: keeps autograd
         return out
 
-    monkeypatch.setattr(rl_kernel, "token_logprobs", flipped)
+    monkeypatch.setattr(softmax, "token_logprobs", flipped)  # the spec's forward looks it up here
     assert selfcheck.main(["--vocabs", "257"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
 

@@ -1,9 +1,9 @@
-// Operator schemas of rl_kernel and the CPU executor (the golden reference).
+// The softmax family's schemas and its CPU executor (the golden reference).
 // Rows are independent, so running them on several threads changes no bit.
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <torch/library.h>
 
-#include "glue.h"
+#include "softmax_ops.h"
 
 namespace rl {
 namespace {
@@ -92,7 +92,8 @@ struct CpuExec {
 }  // namespace
 }  // namespace rl
 
-TORCH_LIBRARY(rl_kernel, m) {
+// The family's schemas; module.cpp owns the rl_kernel namespace.
+TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
   m.def("row_stats(Tensor logits) -> Tensor");
   m.def("log_softmax(Tensor logits) -> Tensor");
   m.def("log_softmax_backward(Tensor grad_output, Tensor output, ScalarType input_dtype) -> Tensor");
@@ -104,7 +105,4 @@ TORCH_LIBRARY(rl_kernel, m) {
   m.def("entropy_backward(Tensor grad, Tensor logits, Tensor stats, Tensor entropy) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { RL_REGISTER_OPS(m, rl::CpuExec); }
-
-// Importing rl_kernel._C registers the operators above.
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.attr("__doc__") = "rl_kernel operators (torch.ops.rl_kernel)"; }
+TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_softmax<rl::CpuExec>(m); }

@@ -1,4 +1,4 @@
-"""The CPU build of rl_kernel equals the contract's numpy transcription (rl_kernel/reference.py) bit for bit.
+"""The CPU build of rl_kernel equals the contract's numpy transcription (rl_kernel/reference/) bit for bit.
 
 Every equality here compares integer views (never allclose). Accuracy claims of the contract's exp and
 log against float64 are checked with explicit, measured bounds. A negative control shows that a

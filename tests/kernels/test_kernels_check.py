@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "kernels" / "check" / "kernels_check.py"
 sys.path.insert(0, str(CHECK.parent))
 import kernels_check  # noqa: E402

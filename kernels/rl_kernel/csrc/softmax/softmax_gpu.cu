@@ -1,10 +1,10 @@
-// The CUDA / HIP executor of the rl_kernel operators: one block of RL_LANES
-// threads per row. On ROCm, torch's build hipifies this file; the kernels
-// themselves (rowops.cuh) are portable.
+// The CUDA / HIP executor of the softmax family: one block of RL_LANES threads
+// per row. On ROCm, torch's build hipifies this file; the kernels themselves
+// (softmax.cuh) are portable.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "glue.h"
+#include "softmax_ops.h"
 
 namespace rl {
 namespace {
@@ -67,4 +67,4 @@ struct GpuExec {
 }  // namespace
 }  // namespace rl
 
-TORCH_LIBRARY_IMPL(rl_kernel, CUDA, m) { RL_REGISTER_OPS(m, rl::GpuExec); }
+TORCH_LIBRARY_IMPL(rl_kernel, CUDA, m) { rl::impl_softmax<rl::GpuExec>(m); }

@@ -1,17 +1,18 @@
-// Instantiates every exact kernel of rowops.cuh without ATen, so that
+// Instantiates every kernel of the softmax family without ATen, so that
 // `make kernels-check` can compile the device code alone for each GPU target
 // (as CUDA with nvcc, or as HIP with clang -x hip) and scan its assembly.
+// kernels_check.py finds this file by its name (csrc/*/*_check.cu).
 #if defined(__HIPCC__)
 #include <hip/hip_runtime.h>
 #else
 #include <cuda_runtime.h>
 #endif
 
-#include "../rl_kernel/csrc/rowops.cuh"
+#include "softmax.cuh"
 
 namespace rl {
 
-#define RL_INSTANTIATE(D)                                                                                \
+#define RL_INSTANTIATE_SOFTMAX(D)                                                                                \
   template __global__ void row_stats_kernel<D>(const D::storage*, int64_t, int64_t, float*);            \
   template __global__ void log_softmax_kernel<D>(const D::storage*, int64_t, int64_t, float*);          \
   template __global__ void token_logprobs_kernel<D>(const D::storage*, int64_t, int64_t, const int64_t*, \
@@ -24,8 +25,8 @@ namespace rl {
                                                       const float*, const float*, D::storage*);     \
   template __global__ void log_softmax_backward_kernel<D>(const float*, const float*, int64_t, D::storage*);
 
-RL_INSTANTIATE(F32)
-RL_INSTANTIATE(BF16)
-RL_INSTANTIATE(F16)
+RL_INSTANTIATE_SOFTMAX(F32)
+RL_INSTANTIATE_SOFTMAX(BF16)
+RL_INSTANTIATE_SOFTMAX(F16)
 
 }  // namespace rl

@@ -1,31 +1,42 @@
-// Row operations of rl_kernel: each GPU kernel with its CPU reference beside it
-// (as llm.c does). Both call the same contract functions of numerics.h, so the
-// CPU build is the golden reference for the CUDA and HIP builds.
+// The softmax family: row statistics, log_softmax, token log-probs and entropy,
+// forward and backward. Each GPU kernel has its CPU reference beside it (as
+// llm.c does); both call the same contract functions of common/, so the CPU
+// build is the golden reference for the CUDA and HIP builds.
 // This file needs no ATen: it is also compiled alone by `make kernels-check`.
 #pragma once
 
-#include "numerics.h"
+#include "../common/dtypes.h"
+#include "../common/reduce.h"
 
 namespace rl {
 
-// ---- element types: storage and exact conversion to binary32 ---------------
-struct F32 {
-  using storage = float;
-  RL_HD static float load(const storage* p, int64_t i) { return p[i]; }
-  RL_HD static storage store(float x) { return x; }
+// ---- row statistics and the per-element terms of the contract ---------------
+// A row is well defined iff its maximum is finite (not NaN, not +inf) and s >= 1
+// (s < 1 means every element was -inf). Bad rows output the canonical NaN.
+RL_HD bool row_ok(Acc a) { return a.m <= RL_FLT_MAX && a.s >= 1.0f; }
+
+// Row statistics handed from the forward to the backward and to users.
+struct RowStats {
+  float m;      // row maximum, flushed (so +0.0 for any zero), or NaN for a bad row
+  float s;      // sum of exp(x - m), or NaN for a bad row
+  float log_s;  // log(s), or NaN for a bad row
 };
-struct BF16 {
-  using storage = uint16_t;
-  RL_HD static float from_bits(uint16_t h) { return from_bf16_bits(h); }
-  RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
-  RL_HD static storage store(float x) { return to_bf16_bits(x); }
-};
-struct F16 {
-  using storage = uint16_t;
-  RL_HD static float from_bits(uint16_t h) { return from_f16_bits(h); }
-  RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
-  RL_HD static storage store(float x) { return to_f16_bits(x); }
-};
+
+RL_HD RowStats finish(Acc a) {
+  if (!row_ok(a)) return RowStats{canonical_nan(), canonical_nan(), canonical_nan()};
+  return RowStats{flush(a.m), a.s, log_pos(a.s)};
+}
+
+// log p(x_i) = (x_i - m) - log(s), flushed; NaN for a bad row.
+RL_HD float logprob(float x, RowStats st) {
+  return (st.s >= 1.0f) ? flush((x - st.m) - st.log_s) : canonical_nan();
+}
+
+// Entropy term -p*log p of one element, with p = exp(lp); 0 where p == 0.
+RL_HD float entropy_term(float lp) {
+  const float p = exp_flushed(lp);
+  return (p == 0.0f) ? 0.0f : flush(p * (0.0f - lp));
+}
 
 // Element-by-element chunk loader; -inf past the row end.
 template <class D>

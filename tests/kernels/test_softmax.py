@@ -16,8 +16,11 @@ import torch
 import rl_kernel
 from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal, diff, int_view
+from rl_kernel.ops import Case, softmax
 
-OPS = ("log_softmax", "token_logprobs", "entropy")
+# The family's differentiable operators, from its OpSpecs (rl_kernel.ops.softmax.SPECS).
+SPECS = {s.name: s for s in softmax.SPECS if s.differentiable}
+OPS = tuple(SPECS)
 IGNORE = -100
 CANONICAL_NAN = {torch.float32: 0x7FC00000, torch.bfloat16: 0x7FC0, torch.float16: 0x7E00}
 NEG_ZERO = {torch.float32: -(2**31), torch.bfloat16: -(2**15), torch.float16: -(2**15)}
@@ -42,13 +45,7 @@ def rows_for(vocab: int) -> int:
 
 
 def run(op: str, x: torch.Tensor, t: torch.Tensor, ignore_index: int = IGNORE) -> torch.Tensor:
-    if op == "log_softmax":
-        return rl_kernel.log_softmax(x)
-    if op == "token_logprobs":
-        return rl_kernel.token_logprobs(x, t, ignore_index)
-    if op == "entropy":
-        return rl_kernel.entropy(x)
-    raise ValueError(op)
+    return SPECS[op].forward(x, Case(x, t, ignore_index=ignore_index))
 
 
 def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:

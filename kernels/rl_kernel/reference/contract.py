@@ -1,8 +1,9 @@
-"""An independent numpy transcription of rl_kernel's numerical contract (docs/numerics.md).
+"""An independent numpy transcription of rl_kernel's numerical contract (docs/numerics.md): the scalar
+rules, the row layout, the fold and the tree, shared by every family's reference (reference/<family>.py).
 
-Written from the contract (docs/numerics.md and the comments of kernels/rl_kernel/csrc/numerics.h and
-rowops.cuh), not from the compiled code, so that tests/test_spec.py can prove that the CPU build
-equals the contract bit for bit.
+Written from the contract (docs/numerics.md and the comments of kernels/rl_kernel/csrc/common/numerics.h
+and reduce.h), not from the compiled code, so that tests/kernels/test_reference.py can prove that the CPU
+build equals the contract bit for bit.
 
 Rules of this file:
 
@@ -379,105 +380,3 @@ def row_sum(terms, chunk_sum_fn=chunk_sum, tree=lane_tree_sum) -> np.ndarray:
     for k in range(x.shape[0]):
         p = np.where(valid[k], p + chunk_sum_fn(x[k]), p)
     return tree(p)
-
-
-# ---- row statistics and the forward operations ---------------------------------------------
-@_quiet
-def finish(m, s) -> tuple[np.float32, np.float32, np.float32]:
-    """ "The row's result (m, s) is good iff m is finite (not NaN, not +inf) and s >= 1. Then
-    log_s = log_pos(s), and the statistics are (flush(m), s, log_s)"; a bad row gives the canonical
-    NaN three times."""
-    m, s = _f32(m), _f32(s)
-    if bool(m <= FLT_MAX) and bool(s >= ONE):
-        return flush(m)[()], s[()], log_pos(s)[()]
-    return CANONICAL_NAN, CANONICAL_NAN, CANONICAL_NAN
-
-
-@_quiet
-def row_stats(x_row, chunk_sum_fn=chunk_sum, tree=lane_tree_stats) -> tuple[np.float32, np.float32, np.float32]:
-    """row_stats(x) = (m, s, log_s) of one row (float32 array)."""
-    return finish(*tree(*lane_partials_stats(x_row, chunk_sum_fn)))
-
-
-@_quiet
-def logprob(x, stats) -> np.ndarray:
-    """ "log_softmax(x)_i = flush((x_i - m) - log_s)"; the canonical NaN for a bad row (s is NaN)."""
-    m, s, log_s = stats
-    x = _f32(x)
-    if not bool(s >= ONE):
-        return np.full(x.shape, CANONICAL_NAN, dtype=F32)
-    return flush((x - m) - log_s)
-
-
-@_quiet
-def log_softmax(x_row, **variant) -> np.ndarray:
-    """log_softmax of one row, fp32."""
-    return logprob(x_row, row_stats(x_row, **variant))
-
-
-@_quiet
-def token_logprob(x_row, tok: int, ignore_index: int, stats=None) -> np.float32:
-    """ "token_logprobs(x, tok) = log_softmax(x)_tok ... 0 (+0.0) where tok == ignore_index";
-    NaN (canonical) for an id outside [0, V)."""
-    x_row = _f32(x_row)
-    if tok == ignore_index:
-        return ZERO
-    if tok < 0 or tok >= x_row.shape[0]:
-        return CANONICAL_NAN
-    stats = row_stats(x_row) if stats is None else stats
-    return logprob(x_row[tok : tok + 1], stats)[0]
-
-
-@_quiet
-def entropy_term(lp) -> np.ndarray:
-    """ "term(lp) = 0 if p == 0 else flush(p * (0 - lp)), p = exp_flushed(lp)"."""
-    p = exp_flushed(lp)
-    return np.where(p == ZERO, ZERO, flush(p * (ZERO - lp)))
-
-
-@_quiet
-def entropy(x_row, stats=None, **variant) -> np.float32:
-    """ "entropy(x) = sum_i term(lp_i) ... summed in the order of section 2 (a second pass over the
-    row)"; the canonical NaN for a bad row. (variant: chunk_sum_fn / tree of row_sum, for tests.)"""
-    stats = row_stats(x_row) if stats is None else stats
-    if not bool(stats[1] >= ONE):
-        return CANONICAL_NAN
-    return row_sum(entropy_term(logprob(x_row, stats)), **variant)[()]
-
-
-# ---- backward ----------------------------------------------------------------------------------
-@_quiet
-def log_softmax_backward(g_row, out_row, dtype: torch.dtype, **variant) -> np.ndarray:
-    """ "G = sum_i flush(g_i) (section 2's order); grad_i = flush(flush(g_i) - flush(exp_flushed(out_i) * G))",
-    NaN canonical, stored in dtype (returned as integer bits). (variant: as for entropy.)"""
-    g, out = _f32(g_row), _f32(out_row)
-    gsum = row_sum(flush(g), **variant)
-    grad = canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)))
-    return store_bits(grad, dtype)
-
-
-@_quiet
-def token_logprob_backward(g, x_row, tok: int, stats, ignore_index: int, dtype: torch.dtype) -> np.ndarray:
-    """ "grad_i = flush(g * ([i == tok] - exp_flushed(lp_i))); all +0.0 for an ignored row"; an id
-    outside [0, V) gives a NaN gradient row (canonical)."""
-    g, x_row = _f32(g), _f32(x_row)
-    v = x_row.shape[0]
-    if tok == ignore_index:
-        grad = np.zeros(v, dtype=F32)
-    elif tok < 0 or tok >= v:
-        grad = np.full(v, CANONICAL_NAN, dtype=F32)
-    else:
-        onehot = np.where(np.arange(v) == tok, ONE, ZERO).astype(F32)
-        lp = logprob(x_row, stats)
-        grad = canonical(flush(g * (onehot - exp_flushed(lp))))
-    return store_bits(grad, dtype)
-
-
-@_quiet
-def entropy_backward(g, x_row, stats, h, dtype: torch.dtype) -> np.ndarray:
-    """ "w_i = 0 if p_i == 0 else flush(p_i * (0 - (lp_i + H))), grad_i = flush(g * w_i)", NaN canonical."""
-    g, h = _f32(g), _f32(h)
-    lp = logprob(x_row, stats)
-    p = exp_flushed(lp)
-    w = np.where(p == ZERO, ZERO, flush(p * (ZERO - (lp + h))))
-    return store_bits(canonical(flush(g * w)), dtype)

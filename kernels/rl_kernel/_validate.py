@@ -1,0 +1,68 @@
+"""Argument checks shared by the families: clear Python errors before a kernel runs."""
+
+from __future__ import annotations
+
+import torch
+
+from rl_kernel._library import has_gpu_kernels
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def compiling() -> bool:
+    """True while torch.compile traces (no host syncs, no data-dependent checks then)."""
+    is_compiling = getattr(torch.compiler, "is_compiling", None)
+    return bool(is_compiling and is_compiling())
+
+
+def check_logits(logits: object, name: str = "logits") -> torch.Tensor:
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"rl_kernel: {name} must be a torch.Tensor, got {type(logits).__name__}")
+    if logits.dtype not in DTYPES:
+        raise TypeError(f"rl_kernel: {name} must be float32, bfloat16 or float16, got {logits.dtype}")
+    if logits.dim() < 1:
+        raise ValueError(f"rl_kernel: {name} must have at least one dimension (the vocabulary)")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"rl_kernel: {name} has an empty vocabulary dimension (size 0)")
+    if logits.device.type not in ("cpu", "cuda", "meta"):
+        raise ValueError(f"rl_kernel: {name} is on {logits.device}; supported devices are cpu and cuda/hip")
+    if logits.device.type == "cuda" and not has_gpu_kernels():
+        raise RuntimeError(
+            "rl_kernel was built without GPU kernels; rebuild on a machine with a CUDA or ROCm "
+            "torch (`make build`) to use logits on " + str(logits.device)
+        )
+    return logits
+
+
+def check_dtype(dtype: object, name: str) -> None:
+    if dtype not in DTYPES:
+        raise TypeError(f"rl_kernel: {name} must be float32, bfloat16 or float16, got {dtype}")
+
+
+def check_tokens(logits: torch.Tensor, tokens: object) -> torch.Tensor:
+    if not isinstance(tokens, torch.Tensor):
+        raise TypeError(f"rl_kernel: tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise TypeError(f"rl_kernel: tokens must be an integer tensor, got {tokens.dtype}")
+    if tokens.device != logits.device:
+        raise ValueError(f"rl_kernel: tokens are on {tokens.device} but logits are on {logits.device}")
+    if tokens.shape != logits.shape[:-1]:
+        raise ValueError(
+            f"rl_kernel: tokens shape {tuple(tokens.shape)} must equal logits shape without the "
+            f"vocabulary dimension {tuple(logits.shape[:-1])}"
+        )
+    return tokens.long()
+
+
+def check_token_range(tokens: torch.Tensor, vocab: int, ignore_index: int) -> None:
+    """Raise on ids outside [0, vocab). Called after the kernel is queued, so the
+    host waits once for both (the kernel itself writes NaN for such ids)."""
+    if compiling() or tokens.device.type == "meta" or tokens.numel() == 0:
+        return
+    bad = (tokens != ignore_index) & ((tokens < 0) | (tokens >= vocab))
+    if bool(bad.any()):
+        first = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"rl_kernel: token id {int(tokens[first])} at index {first} is outside the vocabulary "
+            f"[0, {vocab}) and is not ignore_index={ignore_index}"
+        )

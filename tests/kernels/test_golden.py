@@ -1,0 +1,87 @@
+"""Golden digests of the `exact` tier (rl_kernel.golden): the build's output bits equal the committed
+kernels/rl_kernel/golden/exact/<family>.json.
+
+These tests only check; nothing here writes a golden file. After an intended change of the numerical
+contract, regenerate with `python -m rl_kernel.golden --update` and say so in the commit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rl_kernel import golden, inputs
+from rl_kernel.ops import all_specs
+
+FAMILIES = golden.families()
+
+
+def _assert_no_drift(family: str, device: str) -> None:
+    problems = golden.check(family, device)
+    assert not problems, (
+        f"{len(problems)} golden digests of {family} drifted on {device}:\n  "
+        + "\n  ".join(problems)
+        + "\nIf the numerical contract changed on purpose, regenerate: python -m rl_kernel.golden --update"
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_golden_digests_cpu(family: str) -> None:
+    _assert_no_drift(family, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_golden_digests_gpu(family: str) -> None:
+    _assert_no_drift(family, "cuda")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_golden_file_is_complete(family: str) -> None:
+    table = golden.load(family)
+    keys = set()
+    for spec in (s for s in all_specs() if s.family == family and s.in_golden):
+        names = [spec.name, f"grad_{spec.name}"] if spec.differentiable else [spec.name]
+        keys |= {golden.key(n, v, d) for n in names for v in spec.golden_vocabs for d in inputs.DTYPES}
+    assert set(table) == keys
+    assert all(len(v) == 64 and int(v, 16) >= 0 for v in table.values())
+
+
+def test_every_golden_file_belongs_to_a_family() -> None:
+    assert sorted(p.stem for p in golden.GOLDEN_DIR.glob("*.json")) == FAMILIES
+
+
+def _altered_copy(tmp_path: Path, family: str) -> tuple[Path, str]:
+    """A copy of the golden directory with one digest of family flipped; returns (dir, key)."""
+    shutil.copytree(golden.GOLDEN_DIR, tmp_path, dirs_exist_ok=True)
+    table = golden.load(family, tmp_path)
+    key = sorted(table)[0]
+    table[key] = ("0" if table[key][0] != "0" else "1") + table[key][1:]
+    golden.path_for(family, tmp_path).write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    return tmp_path, key
+
+
+def test_an_altered_digest_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    family = FAMILIES[0]
+    root, key = _altered_copy(tmp_path, family)
+    real = golden.path_for(family).read_bytes()
+    assert golden.check(family, "cpu", root) == [f"changed: {key}"]
+    assert golden.main(["--family", family, "--dir", str(root)]) == 1
+    assert f"changed: {key}" in capsys.readouterr().out
+    assert golden.path_for(family).read_bytes() == real  # the check wrote nothing
+
+
+def test_update_is_the_only_writer(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    family = FAMILIES[0]
+    root, key = _altered_copy(tmp_path, family)
+    assert golden.main(["--update", "--family", family, "--dir", str(root)]) == 0
+    assert f"changed: {key}" in capsys.readouterr().out
+    assert golden.path_for(family, root).read_bytes() == golden.path_for(family).read_bytes()
+
+
+def test_diff_names_changed_new_and_gone_keys() -> None:
+    lines = golden.diff({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"})
+    assert lines == ["changed: b", "not in the golden file: d", "no longer computed: c"]

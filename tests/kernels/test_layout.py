@@ -1,0 +1,82 @@
+"""The kernels' layout: sources and families are discovered, never listed (docs/architecture-kernels.md)."""
+
+from __future__ import annotations
+
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import rl_kernel
+from rl_kernel import build_flags
+from rl_kernel.ops import all_specs, families
+
+ROOT = Path(__file__).resolve().parents[2]
+CSRC = ROOT / "kernels" / "rl_kernel" / "csrc"
+
+
+def test_sources_are_discovered_relative_to_the_repository() -> None:
+    cpu, gpu = build_flags.sources(gpu=False), build_flags.sources(gpu=True)
+    assert cpu == [
+        "kernels/rl_kernel/csrc/common/module.cpp",
+        "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
+    ]
+    assert gpu == [*cpu, "kernels/rl_kernel/csrc/softmax/softmax_gpu.cu"]
+    assert all((ROOT / p).is_file() for p in gpu)
+
+
+def test_a_new_family_folder_is_picked_up(tmp_path: Path) -> None:
+    made = ("common/module.cpp", "softmax/softmax_cpu.cpp", "norm/norm_cpu.cpp", "norm/norm_gpu.cu", "norm/norm.cuh")
+    for rel in made:
+        path = tmp_path / "kernels" / "rl_kernel" / "csrc" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    assert build_flags.sources(gpu=True, root=tmp_path) == [
+        "kernels/rl_kernel/csrc/common/module.cpp",
+        "kernels/rl_kernel/csrc/norm/norm_cpu.cpp",
+        "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
+        "kernels/rl_kernel/csrc/norm/norm_gpu.cu",
+    ]
+
+
+def test_check_sources_are_every_family_check_file() -> None:
+    assert build_flags.check_sources() == sorted(CSRC.glob("*/*_check.cu"))
+    assert [p.parent.name for p in build_flags.check_sources()] == ["softmax"]
+
+
+def test_build_flags_load_without_the_extension() -> None:
+    flags = runpy.run_path(str(ROOT / "kernels" / "rl_kernel" / "build_flags.py"))
+    assert flags["sources"](False) == build_flags.sources(False)
+    assert "-ffp-contract=off" in flags["CXX_FLAGS"]
+
+
+def test_every_family_has_its_folders() -> None:
+    for family in families():
+        assert (CSRC / family / f"{family}.cuh").is_file()
+        for suffix in ("_cpu.cpp", "_gpu.cu", "_check.cu"):
+            assert (CSRC / family / f"{family}{suffix}").is_file()
+        assert (ROOT / "kernels" / "rl_kernel" / "reference" / f"{family}.py").is_file()
+        assert (ROOT / "tests" / "kernels" / f"test_{family}.py").is_file()
+
+
+def test_specs_are_unique_and_named_by_family() -> None:
+    specs = all_specs()
+    assert [s.name for s in specs] == ["log_softmax", "token_logprobs", "entropy", "row_stats"]
+    assert len({s.name for s in specs}) == len(specs)
+    assert {s.family for s in specs} == set(families()) == {"softmax"}
+
+
+def test_public_api_and_submodules_are_attributes() -> None:
+    for name in rl_kernel.__all__:
+        assert hasattr(rl_kernel, name), name
+    assert rl_kernel.ops.all_specs() == all_specs()
+
+
+def test_submodules_need_no_import_of_their_own() -> None:
+    code = (
+        "import torch, rl_kernel; "
+        "assert rl_kernel.bitwise.diff(torch.ones(2), torch.ones(2)).equal; "
+        "assert rl_kernel.reference.LANES == 256 and callable(rl_kernel.reference.row_stats)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
