@@ -1,7 +1,9 @@
 // The softmax family's schemas and its CPU executor (the golden reference).
 // Rows are independent, so running them on several threads changes no bit.
 #include <ATen/Parallel.h>
-#include <torch/library.h>
+// torch/extension.h (not just torch/library.h): GCC's inlining budget depends on the size of the
+// unit, and this keeps the CPU reference's generated code what it was before the family split.
+#include <torch/extension.h>
 
 #include "softmax_ops.h"
 
