@@ -22,13 +22,13 @@ from rich.table import Table
 
 import rl_kernel
 from rl_kernel import bitwise, inputs
-from rl_kernel.ops import Case, all_specs
+from rl_kernel.ops import Case, OpSpec, all_specs
 
 
-def outputs(case: Case) -> dict[str, torch.Tensor]:
-    """Every forward output and gradient of every operator (rl_kernel.ops.all_specs()), on the CPU."""
+def outputs(case: Case, specs: tuple[OpSpec, ...]) -> dict[str, torch.Tensor]:
+    """Every forward output and gradient of the given operators on one case, moved to the CPU."""
     res = {}
-    for spec in all_specs():
+    for spec in specs:
         if spec.differentiable:
             res[spec.name], res[f"{spec.name}.grad"] = spec.output_and_grad(case)
         else:
@@ -36,33 +36,44 @@ def outputs(case: Case) -> dict[str, torch.Tensor]:
     return {k: v.cpu() for k, v in res.items()}
 
 
-def _check_case(vocab: int, dtype: torch.dtype, seed: int) -> Case:
-    """The random case of the families (each family's check_case; today the softmax family's)."""
-    makers = {spec.check_case for spec in all_specs()}
-    if len(makers) != 1:
-        raise NotImplementedError("selfcheck: one case maker per run; split the run by family")
-    return makers.pop()(vocab, dtype, seed)
+def family_cases(vocab: int, dtype: torch.dtype, seed: int) -> dict[str, tuple[tuple[OpSpec, ...], Case]]:
+    """Per family (rl_kernel.ops.all_specs()): its operators and its random case (on the CPU)."""
+    grouped: dict[str, list[OpSpec]] = {}
+    for spec in all_specs():
+        grouped.setdefault(spec.family, []).append(spec)
+    return {fam: (tuple(specs), specs[0].check_case(vocab, dtype, seed)) for fam, specs in grouped.items()}
 
 
-def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
-    case = _check_case(vocab, dtype, seed=vocab)
-    x = case.logits
-    cpu = outputs(case)
-    checks = {f"{k} cpu run-to-run": bitwise.diff(cpu[k], v) for k, v in outputs(case).items()}
-    dev = torch.device("cuda") if gpu else torch.device("cpu")
-    xs, ts = x.to(dev), case.tokens.to(dev)
+def _batch_checks(case: Case, dev: torch.device) -> dict[str, bitwise.Diff]:
+    """token_logprobs of a row alone and of the reversed batch equal the batch's, on dev."""
+    xs, ts = case.logits.to(dev), case.tokens.to(dev)
     full = rl_kernel.token_logprobs(xs, ts).cpu()
     alone = rl_kernel.token_logprobs(xs[3:4].clone(), ts[3:4]).cpu()
     rev = rl_kernel.token_logprobs(xs.flip(0), ts.flip(0)).flip(0).cpu()
-    checks[f"token_logprobs {dev.type} row alone == in batch"] = bitwise.diff(alone, full[3:4])
-    checks[f"token_logprobs {dev.type} reversed batch"] = bitwise.diff(rev, full)
+    return {
+        f"token_logprobs {dev.type} row alone == in batch": bitwise.diff(alone, full[3:4]),
+        f"token_logprobs {dev.type} reversed batch": bitwise.diff(rev, full),
+    }
+
+
+def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
+    cases = family_cases(vocab, dtype, seed=vocab)
+    dev = torch.device("cuda") if gpu else torch.device("cpu")
+    cpu: dict[str, torch.Tensor] = {}
+    checks: dict[str, bitwise.Diff] = {}
+    for specs, case in cases.values():
+        first, again = outputs(case, specs), outputs(case, specs)
+        cpu |= first
+        checks |= {f"{k} cpu run-to-run": bitwise.diff(first[k], again[k]) for k in first}
+    checks |= _batch_checks(cases["softmax"][1], dev)
     if gpu:
-        on_gpu = case.to(dev)
-        g1 = outputs(on_gpu)
-        g2 = outputs(on_gpu)
-        for k in cpu:
-            checks[f"{k} cpu == gpu"] = bitwise.diff(cpu[k], g1[k])
-            checks[f"{k} gpu run-to-run"] = bitwise.diff(g1[k], g2[k])
+        for specs, case in cases.values():
+            on_gpu = case.to(dev)
+            g1, g2 = outputs(on_gpu, specs), outputs(on_gpu, specs)
+            for k in g1:
+                checks[f"{k} cpu == gpu"] = bitwise.diff(cpu[k], g1[k])
+                checks[f"{k} gpu run-to-run"] = bitwise.diff(g1[k], g2[k])
+    x = cases["softmax"][1].logits
     return {
         "vocab": vocab,
         "dtype": str(dtype).replace("torch.", ""),
