@@ -1,0 +1,112 @@
+"""The report's plots as PNG bytes: the only module that imports matplotlib.
+
+Agg canvas on a bare Figure: no display, no global pyplot state (safe in a worker or a test).
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Sequence
+
+from rlparity.report.model import Entry, Report, StockDrift, is_number
+from rlparity.report.rules import match
+from rlparity.results import STATUSES
+
+COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "error": "#8250df", "skipped": "#afb8c1"}
+SEVERITY = {"skipped": 1, "passed": 2, "error": 3, "failed": 4}  # the heatmap shows a square's worst
+
+
+def make_plots(rep: Report) -> dict[str, bytes]:
+    """PNG bytes by title; a plot with nothing to show is left out."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported late: `rlparity --help` stays fast
+    from matplotlib.figure import Figure
+
+    def png(fig: Figure) -> bytes:
+        FigureCanvasAgg(fig)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+        return buf.getvalue()
+
+    plots = {}
+    if rep.entries:
+        plots["Status by target and profile"] = png(_status_figure(Figure, rep.entries))
+    if rep.stock:
+        plots["Stock PyTorch drift per target (informational)"] = png(_stock_figure(Figure, rep.stock))
+    timed = [e for e in rep.entries if e.status != "skipped" and is_number((e.result.timings or {}).get("wall_s"))]
+    if timed:
+        plots["Wall time per cell"] = png(_timing_figure(Figure, timed, rep.baseline))
+    return plots
+
+
+def _status_figure(Figure, entries: Sequence[Entry]):
+    """A target x profile heatmap of each square's worst status, beside cells per target by status."""
+    from matplotlib.colors import ListedColormap
+
+    targets = sorted({e.result.cell.target for e in entries})
+    profiles = sorted({e.result.cell.profile for e in entries})
+    worst = [[0] * len(profiles) for _ in targets]
+    label = [[""] * len(profiles) for _ in targets]
+    for i, tgt in enumerate(targets):
+        for j, prof in enumerate(profiles):
+            cs = Counter(e.status for e in entries if e.result.cell.target == tgt and e.result.cell.profile == prof)
+            if cs:
+                worst[i][j] = max(SEVERITY[s] for s in cs)
+                ran = cs["passed"] + cs["failed"] + cs["error"]
+                label[i][j] = f"{cs['passed']}/{ran}" if ran else "skip"
+    fig = Figure(figsize=(max(6.0, 1.0 * len(profiles) + 6.0), max(2.5, 0.45 * len(targets) + 1.5)))
+    ax, bx = fig.subplots(1, 2, gridspec_kw={"width_ratios": [max(len(profiles), 2), 3]})
+    cmap = ListedColormap(["#ffffff", COLOURS["skipped"], COLOURS["passed"], COLOURS["error"], COLOURS["failed"]])
+    ax.imshow(worst, cmap=cmap, vmin=-0.5, vmax=4.5, aspect="auto")
+    ax.set_xticks(range(len(profiles)), profiles, rotation=40, ha="right", fontsize=8)
+    ax.set_yticks(range(len(targets)), targets, fontsize=8)
+    for i in range(len(targets)):
+        for j in range(len(profiles)):
+            ax.text(j, i, label[i][j], ha="center", va="center", fontsize=7)
+    ax.set_title("worst status of the cells (passed/ran; white: no cell)", fontsize=9)
+    left = [0] * len(targets)
+    for s in STATUSES:
+        n = [sum(e.status == s for e in entries if e.result.cell.target == t) for t in targets]
+        bx.barh(range(len(targets)), n, left=left, color=COLOURS[s], label=s)
+        left = [a + b for a, b in zip(left, n, strict=True)]
+    bx.set_yticks(range(len(targets)), targets, fontsize=8)
+    bx.invert_yaxis()
+    bx.set_title("cells per target", fontsize=9)
+    bx.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def _stock_figure(Figure, stock: Sequence[StockDrift]):
+    """Per target, the fraction of stock-PyTorch comparisons that differ."""
+    fig = Figure(figsize=(max(4.0, 0.8 * len(stock) + 2.0), 2.8))
+    ax = fig.subplots()
+    ax.bar(range(len(stock)), [s.fraction for s in stock], color="#bf8700")
+    for i, s in enumerate(stock):
+        ax.text(i, s.fraction, f"{s.differ}/{s.total}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(stock)), [s.target for s in stock], fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("fraction differing", fontsize=8)
+    return fig
+
+
+def _timing_figure(Figure, timed: Sequence[Entry], baseline: Sequence[Entry] | None, top: int = 40):
+    """The `top` slowest cells' wall time, with the baseline's as a tick where there is one."""
+    wall = {e.key: float(e.result.timings["wall_s"]) for e in timed}
+    shown = sorted(timed, key=lambda e: -wall[e.key])[:top]
+    fig = Figure(figsize=(8.0, 0.22 * len(shown) + 1.2))
+    ax = fig.subplots()
+    y = range(len(shown))
+    ax.barh(y, [wall[e.key] for e in shown], color=[COLOURS[e.status] for e in shown])
+    if baseline is not None:
+        pairs = match(shown, baseline)
+        pts = [(i, (b.result.timings or {}).get("wall_s")) for i, (_, b) in enumerate(pairs) if b is not None]
+        pts = [(i, w) for i, w in pts if is_number(w)]
+        if pts:
+            ax.plot([w for _, w in pts], [i for i, _ in pts], "k|", markersize=9, label="baseline")
+            ax.legend(fontsize=7)
+    ax.set_yticks(list(y), [e.key for e in shown], fontsize=6)
+    ax.invert_yaxis()
+    ax.set_xlabel("wall s", fontsize=8)
+    if len(timed) > top:
+        ax.set_title(f"the {top} slowest of {len(timed)} cells", fontsize=9)
+    return fig
