@@ -57,6 +57,7 @@ test: build
 lint: build
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())' --no-cache
 
 # Static proof for GPU targets we cannot run (clang 19 for AMD, nvcc for NVIDIA).
 kernels-check: $(ENV_STAMP)

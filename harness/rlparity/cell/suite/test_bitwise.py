@@ -7,9 +7,9 @@ import torch
 
 from rl_kernel.bitwise import digest
 from rlparity import golden
-from rlparity.placement import devices, split_training
-from rlparity.variants import logprob_fn, stats_fn
-from rlparity.workloads import (
+from rlparity.cell.controls import logprob_fn, stats_fn
+from rlparity.cell.placement import devices, split_training
+from rlparity.cell.workloads import (
     IGNORE,
     batch_views,
     make_episode,

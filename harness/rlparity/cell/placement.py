@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.workloads import make_episode, training_logprobs
+from rlparity.cell.workloads import make_episode, training_logprobs
 
 
 def devices(platform: str, placement: str) -> tuple[str, str]:
@@ -42,7 +42,7 @@ def split_training(shape: tuple[int, int, int], dtype: str, seed: int, platform:
 
 
 def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
-    from rlparity.variants import logprob_fn  # after spawn: the variant env is inherited
+    from rlparity.cell.controls import logprob_fn  # after spawn: the control's env is inherited
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     gpu = platform != "cpu"
@@ -74,7 +74,7 @@ def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
 
 def _shard(ep, lo: int, hi: int):
     """Rows lo..hi of the flattened batch as a one-sequence episode (row order kept)."""
-    from rlparity.workloads import Episode
+    from rlparity.cell.workloads import Episode
 
     b, t, v = ep.shape
     x = ep.logits.reshape(b * t, v)[lo:hi].unsqueeze(0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rl_kernel.bitwise import diff, digest
-from rlparity.matrix import Cell
+from rlparity.cells import Cell
 
 
 @dataclass
