@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,16 @@ def test_compare_dirs(tmp_path):
     assert compare.compare_dirs(a_dir, a_dir) and all(d.equal for d in compare.compare_dirs(a_dir, a_dir))
     with pytest.raises(ConfigError, match="not a results directory"):
         compare.compare_dirs(a_dir, tmp_path / "empty")
+
+
+def test_the_host_compare_gives_the_cell_sides_verdict(tmp_path):
+    """compare.compare_tensors (host, a subprocess) reports what rlparity.cell.tensors computes."""
+    a = torch.linspace(-1.0, 1.0, 12, dtype=torch.float32)
+    b = a.clone()
+    b.view(torch.int32)[7] ^= 1
+    pa, pb = save(tmp_path / "a.pt", a), save(tmp_path / "b.pt", b)
+    host, cell = compare.compare_tensors(pa, pb), tensors.compare_tensors(pa, pb)
+    assert (host.equal, host.summary) == (cell.equal, cell.summary())
+    assert json.dumps(host.diff, default=str) == json.dumps(cell.to_dict(), default=str)
+    with pytest.raises(ConfigError, match="not a file"):
+        compare.compare_tensors(pa, tmp_path / "missing.pt")

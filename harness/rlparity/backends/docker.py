@@ -49,7 +49,42 @@ def inherited_visibility(environ: dict[str, str] | os._Environ = os.environ) -> 
 
 
 class CellContainer:
-    """One cell's container: every docker SDK call the backend makes for it."""
+    """Every docker SDK call the backend makes: one cell's container (the instance), and the engine-wide
+    calls before any cell (the static methods: connect, image_built, run_once, nvidia, gpu_request)."""
+
+    @staticmethod
+    def connect(client=None):
+        """(the SDK module, a pinged client)."""
+        import docker
+
+        client = client or docker.from_env()
+        client.ping()
+        return docker, client
+
+    @staticmethod
+    def image_built(sdk, client, tag: str) -> bool:
+        try:
+            client.images.get(tag)
+        except sdk.errors.ImageNotFound:
+            return False
+        return True
+
+    @staticmethod
+    def run_once(client, tag: str, entrypoint: list[str], options: dict) -> bytes:
+        """A throwaway container's stdout (the inventory probe)."""
+        return client.containers.run(tag, entrypoint=entrypoint, remove=True, stdout=True, stderr=False, **options)
+
+    @staticmethod
+    def nvidia(client) -> bool:
+        try:
+            return "nvidia" in (client.info().get("Runtimes") or {})
+        except Exception:
+            return False
+
+    @staticmethod
+    def gpu_request(sdk):
+        """Every GPU of the host (the cell env's visibility variable picks the cell's)."""
+        return sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
 
     def __init__(self, sdk, client, image: str, entrypoint: list[str], env: dict[str, str], label: str, options: dict):
         self._sdk = sdk
@@ -104,13 +139,9 @@ class DockerBackend(Backend):
 
     def __init__(self, client=None, images: dict[str, Image] | None = None, render_gid: str | None = None) -> None:
         try:
-            import docker
+            self._docker, self.client = CellContainer.connect(client)
         except ImportError as exc:  # pragma: no cover - docker is a dependency
             raise ConfigError(f"the docker backend needs the docker SDK: {exc}") from exc
-        self._docker = docker
-        try:
-            self.client = client or docker.from_env()
-            self.client.ping()
         except Exception as exc:
             host = os.environ.get("DOCKER_HOST", "")
             raise ConfigError(f"no Docker engine reachable (DOCKER_HOST={host!r}): {exc}") from exc
@@ -147,16 +178,10 @@ class DockerBackend(Backend):
         name = self._probe_image
         if name is None:
             return Inventory(error="no image to probe (prepare() was not called)")
-        platform = "rocm" if rocm_host() else "cuda" if self._nvidia() else "cpu"
+        platform = "rocm" if rocm_host() else "cuda" if CellContainer.nvidia(self.client) else "cpu"
         try:
-            out = self.client.containers.run(
-                project_tag(name),
-                entrypoint=["python", "-m", "rlparity.cell.inventory"],
-                remove=True,
-                stdout=True,
-                stderr=False,
-                **self._gpu_options(platform),
-            )
+            entrypoint = ["python", "-m", "rlparity.cell.inventory"]
+            out = CellContainer.run_once(self.client, project_tag(name), entrypoint, self._gpu_options(platform))
             return Inventory.from_dict(json.loads(out))
         except Exception as exc:
             return Inventory(error=f"inventory in {project_tag(name)} failed: {exc}")
@@ -209,11 +234,7 @@ class DockerBackend(Backend):
             box.kill()
 
     def _built(self, name: str) -> bool:
-        try:
-            self.client.images.get(project_tag(name))
-        except self._docker.errors.ImageNotFound:
-            return False
-        return True
+        return CellContainer.image_built(self._docker, self.client, project_tag(name))
 
     def _gpu_options(self, platform: str) -> dict:
         """Every GPU of the host goes in; the cell env's visibility variable picks the cell's (as on the host)."""
@@ -227,15 +248,8 @@ class DockerBackend(Backend):
                 "shm_size": "8g",
             }
         if platform == "cuda":
-            request = self._docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
-            return {"device_requests": [request], "ipc_mode": "host", "shm_size": "8g"}
+            return {"device_requests": [CellContainer.gpu_request(self._docker)], "ipc_mode": "host", "shm_size": "8g"}
         return {"shm_size": "2g"}  # the split placement's gloo ranks use shared memory
-
-    def _nvidia(self) -> bool:
-        try:
-            return "nvidia" in (self.client.info().get("Runtimes") or {})
-        except Exception:
-            return False
 
 
 def _tar_cell(cell: Cell) -> bytes:

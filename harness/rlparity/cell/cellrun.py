@@ -39,16 +39,16 @@ class _Outcomes:
             self.failures.append(f"{name} ({report.when}): {text[0][2:].strip() if text else 'failed'}")
 
 
-def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult:
+def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult:
     started, t0 = results.now(), time.monotonic()
     fp = cell_fingerprint.collect()
     fp_hash = fingerprint.fingerprint_hash(fp)
     reason = skip_reason(cell, inventory.probe())
     if reason:
         res = results.skipped(cell, reason)
-        res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, variant
+        res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, control
         return res
-    plugin, outcomes = SuitePlugin(cell, variant), _Outcomes()
+    plugin, outcomes = SuitePlugin(cell, control), _Outcomes()
     code = pytest.main(
         [
             str(SUITE_DIR / "test_bitwise.py"),
@@ -77,7 +77,7 @@ def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult
         cell,
         status,
         why,
-        variant=variant,
+        variant=control,  # result.json keeps the field's name
         fingerprint=fp,
         fingerprint_hash=fp_hash,
         digests=rec.digests,
