@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from factories import (
     make_cell,
@@ -13,6 +15,7 @@ from rlparity import results
 from rlparity.backends import base
 from rlparity.config import ConfigError
 from rlparity.matrix import load_matrix
+from rlparity.results import CellResult
 
 # ---- cell env, visible devices, judge ------------------------------------------------------------------
 CALLER = {
@@ -220,3 +223,81 @@ def test_the_docker_backend_refuses_a_host_built_control():
     with pytest.raises(ConfigError, match="--backend local"):
         backend.control_env("fma-build")
     assert backend.control_env("ulp-flip") == {} and backend.control_env("none") == {}
+
+
+# ---- the docker backend's flow against a fake engine (the real one: test_docker_backend.py) -------
+class _FakeContainer:
+    def __init__(self, engine: _FakeEngine, image: str, **kw) -> None:
+        self.engine, self.image, self.kw = engine, image, kw
+        self.attrs = {"State": {"OOMKilled": False}}
+        self.calls: list[str] = []
+
+    def put_archive(self, path: str, data: bytes) -> None:
+        self.calls.append(f"put_archive {path}")
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def wait(self, timeout: float) -> dict:
+        self.calls.append("wait")
+        return {"StatusCode": self.engine.status}
+
+    def reload(self) -> None:
+        pass
+
+    def logs(self, stdout: bool, stderr: bool) -> bytes:
+        return b"cell output\n"
+
+    def get_archive(self, path: str):
+        return iter([self.engine.archive]), {}
+
+    def kill(self) -> None:
+        self.calls.append("kill")
+
+    def remove(self, force: bool) -> None:
+        self.calls.append("remove")
+
+
+class _FakeEngine(_FakeDockerClient):
+    """containers.create hands out _FakeContainers that exit with `status` and hold `archive` as out/."""
+
+    def __init__(self, status: int, archive: bytes) -> None:
+        self.status, self.archive, self.created = status, archive, []
+        self.containers = self
+
+    def create(self, image: str, **kw) -> _FakeContainer:
+        self.created.append(_FakeContainer(self, image, **kw))
+        return self.created[-1]
+
+
+def _out_archive(res: CellResult, tmp: Path) -> bytes:
+    """A tar of the container's out/ dir holding res as result.json (what get_archive streams)."""
+    import io
+    import tarfile
+
+    results.write(res, tmp / "out")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(tmp / "out" / results.RESULT_FILE, arcname="out/result.json")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("status", "rc", "expect"), [("passed", 0, "passed"), ("failed", 1, "failed"), ("passed", 139, "error")]
+)
+def test_docker_backend_runs_a_cell_through_one_container(tmp_path, monkeypatch, status, rc, expect):
+    from rlparity.backends.docker import LABEL, DockerBackend
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cell = make_cell("cpu", image="cpu")
+    engine = _FakeEngine(rc, _out_archive(make_result(cell, status), tmp_path / "made"))
+    res = DockerBackend(client=engine, images={}).run_cell(cell, [], tmp_path / "cell", "ulp-flip")
+    assert res.status == expect, res.reason
+    if expect == "error":
+        assert "SIGSEGV" in res.reason and "cell output" in res.output_tail
+    (box,) = engine.created
+    assert box.image == "rlparity:cpu" and box.kw["labels"] == {LABEL: cell.id} and box.kw["init"] is True
+    assert box.kw["environment"] == base.cell_env(cell, [], {}, "ulp-flip")
+    assert box.kw["entrypoint"][:3] == ["python", "-m", "rlparity.cell.cellrun"]
+    assert box.calls == ["put_archive /tmp", "start", "wait", "remove"]
+    assert (tmp_path / "cell" / results.LOG_FILE).read_bytes() == b"cell output\n"
