@@ -108,9 +108,7 @@ def run_cells(
         list(ex.map(run_one, to_run))
     except BaseException:  # KeyboardInterrupt: start nothing more, stop what runs, keep what finished
         ex.shutdown(wait=False, cancel_futures=True)
-        cancel = getattr(backend, "cancel", None)
-        if cancel is not None:
-            cancel()
+        backend.cancel()  # a no-op where nothing runs (base.Backend)
         raise
     ex.shutdown()
     return [done[c.id] for c in cells]
