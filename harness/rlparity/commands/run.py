@@ -15,6 +15,7 @@ from rlparity import collect, gate, results
 from rlparity.backends.base import Backend
 from rlparity.config import ConfigError
 from rlparity.matrix import load_matrix
+from rlparity.runner import run_cells
 from rlparity.select import select
 from rlparity.selftest import CONTROLS
 from rlparity.ui import STYLE, console
@@ -72,7 +73,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                   f"backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
     backend.prepare(cells, args.strict)  # docker: images built (and pinned, with --strict) before any cell
     inventory = backend.probe()
-    from rlparity.runner import run_cells
 
     with _progress() as progress:
         task = progress.add_task("cells", total=len(cells))
