@@ -15,6 +15,7 @@ from typing import Any
 
 from rlparity import results
 from rlparity.config import ConfigError
+from rlparity.gate import CONFIG
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ def compare_tensors(a: Path, b: Path) -> TensorVerdict:
     proc = subprocess.run(
         [sys.executable, "-m", "rlparity.cell.tensors", str(a), str(b)], capture_output=True, text=True
     )
+    if proc.returncode == CONFIG:  # a file that cannot be compared: the cell side's message
+        raise ConfigError(proc.stderr.strip())
     if proc.returncode != 0:
-        raise ConfigError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}")
+        raise RuntimeError(f"comparing {a} and {b} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout)
     return TensorVerdict(out["equal"], out["summary"], out["diff"])
 
