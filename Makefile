@@ -47,10 +47,10 @@ run: build
 selfcheck: build
 	$(PY) -m rl_kernel.selfcheck
 
-# Checks the committed golden digests (kernels/rl_kernel/golden/exact/<family>.json) against this
-# build. The only writer is `$(PY) -m rl_kernel.golden --update`, run by hand after an intended change.
+# Checks every committed golden digest (the kernels' per family, the harness workloads') against this
+# build. The only writer is `rlparity golden --update`, run by hand after an intended contract change.
 golden: build
-	$(PY) -m rl_kernel.golden
+	$(PY) -m rlparity.cli golden
 
 # The harness's negative controls: every deliberately wrong kernel must be caught.
 selftest: build
@@ -62,6 +62,7 @@ test: build
 lint: build
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command as c; sys.exit(c())' --no-cache
 
 # Static proof for GPU targets we cannot run (clang 19 for AMD, nvcc for NVIDIA).
 kernels-check: $(ENV_STAMP)

@@ -33,7 +33,7 @@ run() {  # name, expected exit code, rlparity run arguments...
 case ${RUNS:-all} in
   all)
     run quick 0 --matrix quick --jobs 2
-    run planted-ulp-flip 1 --matrix quick --filter 'target=sm90 profile=baseline' --variant ulp-flip
+    run planted-ulp-flip 1 --matrix quick --filter 'target=sm90 profile=baseline' --control ulp-flip
     run nightly-sm90-small 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=smoke|quick' --jobs 2
     run nightly-sm90-llm 0 --matrix nightly --filter 'target=sm90 tier=exact shapes=llm profile=baseline' --jobs 2
     ;;

@@ -1,4 +1,4 @@
-"""Shared test set-up: the devices to run on, and the GPU skip.
+"""Shared test set-up: the devices to run on, the GPU skip, and the Docker engine of the container tests.
 
 A test that takes a `device` argument runs once per entry of `devices()`: on the CPU
 always, and also on the GPU when there is one and rl_kernel was built with GPU kernels.
@@ -7,10 +7,15 @@ A test marked `@pytest.mark.gpu` is skipped on a machine without a CUDA/ROCm GPU
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 import pytest
 import torch
+from tooling import require
 
 import rl_kernel
+from rlparity import images
 
 NO_GPU = "no CUDA/ROCm GPU on this machine"
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
@@ -33,3 +38,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(requires_gpu)
+
+
+# ---- the Docker engine (CI provides it: .ci/run) and the rlparity:cpu image built from this checkout ----
+CPU_TAG = images.project_tag("cpu")
+
+
+@pytest.fixture(scope="session")
+def client():
+    try:
+        import docker
+
+        c = docker.from_env()
+        c.ping()
+    except Exception as exc:
+        require("a Docker engine", False, f"none reachable: {exc}")
+    return c
+
+
+@pytest.fixture(scope="session")
+def cpu_image(client):
+    """rlparity:cpu built from this checkout (by .ci/run, or here once, under a lock for xdist workers)."""
+    with open("/tmp/rlparity-cpu-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return client.images.get(CPU_TAG)
+        except Exception:
+            pass
+        extra = {"TORCH_INDEX_URL": os.environ.get("TORCH_INDEX_URL", "")}
+        images.build(client, "cpu", extra)
+        return client.images.get(CPU_TAG)

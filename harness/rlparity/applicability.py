@@ -5,8 +5,8 @@ A skipped cell is never counted as passed; with --strict a required skipped cell
 
 from __future__ import annotations
 
+from rlparity.cells import Cell
 from rlparity.inventory import Device, Inventory
-from rlparity.matrix import Cell
 
 FAST_TIER_MISSING = "the fast tier (matrix cores, per-target digests) is not implemented in rl_kernel: only 'exact'"
 

@@ -1,16 +1,21 @@
-"""`rlparity compare A B`: a bitwise verdict on two saved tensors (torch.save / .npy) or two result dirs."""
+"""`rlparity compare A B`: a bitwise verdict on two saved tensors (torch.save / .npy) or two result dirs.
+
+Result dirs are compared here; tensors in `python -m rlparity.cell.tensors` (a subprocess: the host never
+imports torch or rl_kernel).
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
-import torch
-
-from rl_kernel.bitwise import Diff, diff
 from rlparity import results
 from rlparity.config import ConfigError
+from rlparity.gate import CONFIG
 
 
 @dataclass(frozen=True)
@@ -25,32 +30,31 @@ class CellDelta:
         return not self.differing and self.status_a == self.status_b
 
 
-def load_tensor(path: Path) -> torch.Tensor:
-    if not path.is_file():
-        raise ConfigError("not a file", path)
-    try:
-        if path.suffix == ".npy":
-            return torch.from_numpy(np.load(path, allow_pickle=False))
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise ConfigError(f"cannot load a tensor: {exc}", path) from exc
-    if not isinstance(obj, torch.Tensor):
-        raise ConfigError(f"holds a {type(obj).__name__}, not a tensor", path)
-    return obj
+@dataclass(frozen=True)
+class TensorVerdict:
+    """rl_kernel.bitwise.Diff as the cell-side comparison reported it."""
+
+    equal: bool
+    summary: str
+    diff: dict[str, Any]
 
 
-def compare_tensors(a: Path, b: Path) -> Diff:
-    ta, tb = load_tensor(a), load_tensor(b)
-    try:
-        return diff(ta, tb)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{a} and {b} cannot be compared: {exc}") from exc
+def compare_tensors(a: Path, b: Path) -> TensorVerdict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlparity.cell.tensors", str(a), str(b)], capture_output=True, text=True
+    )
+    if proc.returncode == CONFIG:  # a file that cannot be compared: the cell side's message
+        raise ConfigError(proc.stderr.strip())
+    if proc.returncode != 0:
+        raise RuntimeError(f"comparing {a} and {b} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout)
+    return TensorVerdict(out["equal"], out["summary"], out["diff"])
 
 
 def compare_dirs(a: Path, b: Path) -> list[CellDelta]:
     """Cells present in both result dirs, by id: same status and the same digest for every output."""
-    ra = {r.cell.id: r for r in _read(a)}
-    rb = {r.cell.id: r for r in _read(b)}
+    ra = {r.cell.id: r for r in results.open_dir(a)}
+    rb = {r.cell.id: r for r in results.open_dir(b)}
     out = []
     for cid in sorted(set(ra) | set(rb)):
         x, y = ra.get(cid), rb.get(cid)
@@ -60,12 +64,3 @@ def compare_dirs(a: Path, b: Path) -> list[CellDelta]:
         names = sorted(set(x.digests) | set(y.digests))
         out.append(CellDelta(cid, x.status, y.status, tuple(n for n in names if x.digests.get(n) != y.digests.get(n))))
     return out
-
-
-def _read(d: Path) -> list[results.CellResult]:
-    if not (d / "cells").is_dir():
-        raise ConfigError("not a results directory (no cells/ inside)", d)
-    try:
-        return results.read_all(d)
-    except ValueError as exc:
-        raise ConfigError(str(exc), d) from exc

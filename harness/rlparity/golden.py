@@ -1,12 +1,15 @@
 """Committed golden digests of the bitwise suite's outputs, per tier (harness/golden/<tier>.json).
 
 The exact tier's digests are one set for every target: CPU, NVIDIA and AMD must all produce them.
-They are written from the CPU build with `rlparity golden --update` and reviewed like code.
+They are written from the CPU build with `rlparity golden --update` (the one update command; this module
+owns the table, rlparity.cell.golden computes the digests) and reviewed like code.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from rlparity.config import GOLDEN_DIR
@@ -36,18 +39,10 @@ def update(tier: str, entries: dict[str, str], root: Path = GOLDEN_DIR) -> Path:
 
 
 def compute(shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0) -> dict[str, str]:
-    """Digests of the training path's log-probs, gradient and row statistics on the CPU build."""
-    import rl_kernel
-    from rl_kernel.bitwise import digest
-    from rlparity.variants import logprob_fn
-    from rlparity.workloads import make_episode, training_logprobs
-
-    out = {}
-    for dtype in dtypes:
-        for shape in shapes:
-            ep = make_episode(*shape, dtype, seed)
-            lp, grad = training_logprobs(ep, logprob_fn("none"), "cpu")
-            out[key(dtype, shape, seed, "logprobs")] = digest(lp)
-            out[key(dtype, shape, seed, "grad")] = digest(grad)
-            out[key(dtype, shape, seed, "stats")] = digest(rl_kernel.row_stats(ep.logits.reshape(-1, shape[2])))
-    return out
+    """The digests on this machine's CPU build, computed by `python -m rlparity.cell.golden` in a
+    subprocess (the host never imports rl_kernel)."""
+    argv = ["--shapes", *("x".join(map(str, s)) for s in shapes), "--dtypes", *dtypes, "--seed", str(seed)]
+    proc = subprocess.run([sys.executable, "-m", "rlparity.cell.golden", *argv], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"computing the golden digests failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)

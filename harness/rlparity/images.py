@@ -14,9 +14,35 @@ from datetime import date
 from pathlib import Path
 
 from rlparity.config import IMAGES_FILE, REPO, ConfigError, TomlFile
-from rlparity.matrix import Image, load_images
 
 DOCKERFILES = {"rocm": "docker/Dockerfile", "cpu": "docker/Dockerfile.cpu"}
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    flavour: str
+    targets: tuple[str, ...]
+    reference: str  # base:tag or base@sha256:...
+    digest: str
+
+
+def load_images(path: Path = IMAGES_FILE) -> dict[str, Image]:
+    if not path.exists():
+        return {}
+    f = TomlFile.load(path)
+    f.check_keys(f.data, {"images"}, "")
+    allowed = {"flavour", "base", "tag", "digest", "digest_source", "rocm", "torch", "python", "targets"}
+    images = {}
+    for name, e in f.data.get("images", {}).items():
+        table = f"images.{name}"
+        f.check_keys(e, allowed | {"description"}, table)
+        base, tag, digest = f.require(e, "base", str, table), f.require(e, "tag", str, table), e.get("digest", "")
+        if digest and not digest.startswith("sha256:"):
+            raise f.error("must look like sha256:<64 hex digits>", table, "digest")
+        ref = f"{base}@{digest}" if digest else f"{base}:{tag}"
+        images[name] = Image(name, f.require(e, "flavour", str, table), tuple(e.get("targets", ())), ref, digest)
+    return images
 
 
 def project_tag(name: str) -> str:

@@ -1,15 +1,13 @@
 """What devices this host (or container) has: probed once, in a fresh process, before cells are scheduled.
 
-`python -m rlparity.inventory` prints the inventory as JSON; the local backend runs it with a clean env,
-the docker backend inside the image. Die pairs (two dies of one package, e.g. the two GCDs of an MI250X)
-come from the KFD topology, not from device indices.
+`python -m rlparity.cell.inventory` probes and prints it as JSON; the local backend runs it with a clean
+env, the docker backend inside the image. This module is the data and the topology logic (host side).
+Die pairs (two dies of one package, e.g. the two GCDs of an MI250X) come from the KFD topology, not from
+device indices.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -53,32 +51,6 @@ class Inventory:
 def normalise_arch(gcn_arch_name: str) -> str:
     """'gfx942:sramecc+:xnack-' -> 'gfx942'."""
     return gcn_arch_name.split(":")[0]
-
-
-def probe() -> Inventory:
-    """Ask torch (in this process) what it sees."""
-    import torch
-
-    devices = []
-    if torch.cuda.is_available():
-        platform = "rocm" if torch.version.hip else "cuda"
-        for i in range(torch.cuda.device_count()):
-            p = torch.cuda.get_device_properties(i)
-            arch = normalise_arch(getattr(p, "gcnArchName", "")) if platform == "rocm" else f"sm_{p.major}{p.minor}"
-            devices.append(Device(i, platform, p.name, arch, int(getattr(p, "warp_size", 0) or 0)))
-    pairs: list[tuple[int, int]] = []
-    if any(d.platform == "rocm" for d in devices):
-        nodes = read_kfd_topology()
-        multi_die = any(name in d.name for d in devices for name in MULTI_DIE_PRODUCTS)
-        visible = visible_kfd_indices(os.environ, len(nodes))
-        pairs = map_pairs(die_pairs(nodes, multi_die), visible) if visible is not None else []
-    try:
-        from rl_kernel._ops import has_gpu_kernels
-
-        gpu = has_gpu_kernels()
-    except ImportError:
-        gpu = False
-    return Inventory(tuple(devices), tuple(pairs), gpu)
 
 
 def read_kfd_topology(root: Path = KFD_NODES) -> list[dict]:
@@ -158,16 +130,3 @@ def map_pairs(pairs: list[tuple[int, int]], visible: list[int]) -> list[tuple[in
     """KFD-index pairs as torch device indices; a pair with a member this job cannot see is dropped."""
     pos = {k: i for i, k in enumerate(visible)}
     return [(pos[a], pos[b]) for a, b in pairs if a in pos and b in pos]
-
-
-def main() -> int:
-    try:
-        inv = probe()
-    except Exception as exc:  # report, do not crash the scheduler: it turns this into skip reasons
-        inv = Inventory(error=f"{type(exc).__name__}: {exc}")
-    json.dump(inv.to_dict(), sys.stdout)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

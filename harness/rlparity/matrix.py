@@ -1,4 +1,4 @@
-"""Matrix file (TOML) -> the list of cells to run: load, validate, expand, filter.
+"""Matrix file (TOML) -> the list of cells to run: load, validate, expand (filtering: select.py).
 
 Pure logic: no processes, no devices. The values an axis may take (targets, env profiles, shape sets)
 are data in harness/matrices/axes.toml; images come from docker/images.toml.
@@ -7,16 +7,16 @@ are data in harness/matrices/axes.toml; images come from docker/images.toml.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import itertools
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlparity.cells import AXES, Cell
 from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as_list
+from rlparity.images import Image, load_images
 
-AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
 PLACEMENTS = ("single", "dual-die", "split")
 DTYPES = ("fp32", "bf16", "fp16")
 TIERS = ("exact", "fast")
@@ -50,15 +50,6 @@ class Profile:
 
 
 @dataclass(frozen=True)
-class Image:
-    name: str
-    flavour: str
-    targets: tuple[str, ...]
-    reference: str  # base:tag or base@sha256:...
-    digest: str
-
-
-@dataclass(frozen=True)
 class Axes:
     """Everything a matrix may name."""
 
@@ -66,50 +57,6 @@ class Axes:
     profiles: dict[str, Profile]
     shapes: dict[str, tuple[tuple[int, int, int], ...]]
     images: dict[str, Image]
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One bitwise check: a point of the matrix, run in its own process or container."""
-
-    image: str
-    target: str
-    profile: str
-    placement: str
-    dtype: str
-    shapes: str
-    tier: str
-    required: bool = True
-    platform: str = "cpu"
-    arch: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    shape_list: tuple[tuple[int, int, int], ...] = ()
-    timeout_s: float = 300.0
-    repeats: int = 3
-    seed: int = 0
-
-    @property
-    def id(self) -> str:
-        return "/".join(getattr(self, a) for a in AXES)
-
-    @property
-    def dirname(self) -> str:
-        """A file-system name for the cell's result directory."""
-        return self.id.replace("/", "__")
-
-    def axis(self, name: str) -> str:
-        return getattr(self, name)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["id"] = self.id
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Cell:
-        d = {k: v for k, v in d.items() if k != "id"}
-        d["shape_list"] = tuple(tuple(s) for s in d.get("shape_list", ()))
-        return cls(**d)
 
 
 @dataclass(frozen=True)
@@ -169,24 +116,6 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
             raise f.error("must be a non-empty list of [batch, seq, vocab] positive integers", table, "shapes")
         shapes[name] = tuple(tuple(x) for x in lst)
     return Axes(targets, profiles, shapes, load_images(images_path))
-
-
-def load_images(path: Path = IMAGES_FILE) -> dict[str, Image]:
-    if not path.exists():
-        return {}
-    f = TomlFile.load(path)
-    f.check_keys(f.data, {"images"}, "")
-    allowed = {"flavour", "base", "tag", "digest", "digest_source", "rocm", "torch", "python", "targets"}
-    images = {}
-    for name, e in f.data.get("images", {}).items():
-        table = f"images.{name}"
-        f.check_keys(e, allowed | {"description"}, table)
-        base, tag, digest = f.require(e, "base", str, table), f.require(e, "tag", str, table), e.get("digest", "")
-        if digest and not digest.startswith("sha256:"):
-            raise f.error("must look like sha256:<64 hex digits>", table, "digest")
-        ref = f"{base}@{digest}" if digest else f"{base}:{tag}"
-        images[name] = Image(name, f.require(e, "flavour", str, table), tuple(e.get("targets", ())), ref, digest)
-    return images
 
 
 _MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}
@@ -309,45 +238,3 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
         repeats=repeats,
         seed=seed,
     )
-
-
-# ---- filtering ----------------------------------------------------------------------------------
-def parse_filter(expr: str) -> list[tuple[str, bool, list[str]]]:
-    """`--filter` grammar: terms separated by commas or spaces, all of which must hold.
-
-    `axis=glob|glob` keeps cells whose axis matches one glob; `axis!=glob` drops them; a bare glob is
-    matched against the cell id (image/target/profile/... joined by '/'), e.g. `*/cpu/*/single/*`.
-    """
-    terms = []
-    for term in expr.replace(",", " ").split():
-        if "!=" in term:
-            key, _, value = term.partition("!=")
-            negate = True
-        elif "=" in term:
-            key, _, value = term.partition("=")
-            negate = False
-        else:
-            terms.append(("id", False, [term]))
-            continue
-        if key not in AXES and key != "required":
-            raise ConfigError(f"--filter: unknown axis {key!r} in {term!r} (axes: {', '.join(AXES)}, required)")
-        if not value:
-            raise ConfigError(f"--filter: empty value in {term!r}")
-        terms.append((key, negate, value.split("|")))
-    return terms
-
-
-def select(cells: tuple[Cell, ...] | list[Cell], expr: str | None) -> list[Cell]:
-    if not expr:
-        return list(cells)
-    terms = parse_filter(expr)
-
-    def keep(cell: Cell) -> bool:
-        for key, negate, globs in terms:
-            value = cell.id if key == "id" else str(cell.required).lower() if key == "required" else cell.axis(key)
-            hit = any(fnmatch.fnmatchcase(value, g) for g in globs)
-            if hit == negate:
-                return False
-        return True
-
-    return [c for c in cells if keep(c)]

@@ -11,7 +11,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from rlparity.matrix import Cell
+from rlparity.cells import Cell
+from rlparity.config import ConfigError
 
 SCHEMA = 1
 STATUSES = ("passed", "failed", "error", "skipped")
@@ -130,6 +131,22 @@ def read_all(out: Path) -> list[CellResult]:
             found.append(read(p.parent))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{p}: not a readable cell result ({exc})") from exc
+    return found
+
+
+def open_dir(d: Path) -> list[CellResult]:
+    """The cell results of a results dir, for reading it back (compare, report): a ConfigError naming the
+    path when it is missing, has no cells/ or no result in it, or holds an unreadable result.json."""
+    if not d.is_dir():
+        raise ConfigError("not a results directory (does not exist or is not a directory)", d)
+    if not (d / "cells").is_dir():
+        raise ConfigError("not a results directory (no cells/ inside)", d)
+    try:
+        found = read_all(d)
+    except ValueError as exc:  # the message names the unreadable result.json
+        raise ConfigError(str(exc)) from exc
+    if not found:
+        raise ConfigError(f"not a results directory (no cells/*/{RESULT_FILE} inside)", d)
     return found
 
 

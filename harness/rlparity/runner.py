@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rlparity import results
 from rlparity.applicability import devices_for, skip_reason
-from rlparity.backend import Backend
+from rlparity.backends.base import Backend
+from rlparity.cells import Cell
 from rlparity.inventory import Inventory
-from rlparity.matrix import Cell
 
 FINISHED = ("passed", "failed", "skipped")  # --resume reruns errored cells
 
@@ -61,7 +61,7 @@ def run_cells(
     inventory: Inventory,
     jobs: int = 1,
     resume: bool = False,
-    variant: str = "none",
+    control: str = "none",
     extra_env: dict[str, str] | None = None,
     on_start: Callable[[Cell], None] | None = None,
     on_result: Callable[[results.CellResult], None] | None = None,
@@ -82,7 +82,7 @@ def run_cells(
         try:
             if on_start:
                 on_start(cell)
-            res = backend.run_cell(cell, devs, results.cell_dir(out, cell), variant, extra_env)
+            res = backend.run_cell(cell, devs, results.cell_dir(out, cell), control, extra_env)
         except Exception as exc:  # a backend failure loses this cell only, never the others' results
             res = results.errored(cell, f"backend {backend.name} failed: {type(exc).__name__}: {exc}")
         finally:
@@ -108,9 +108,7 @@ def run_cells(
         list(ex.map(run_one, to_run))
     except BaseException:  # KeyboardInterrupt: start nothing more, stop what runs, keep what finished
         ex.shutdown(wait=False, cancel_futures=True)
-        cancel = getattr(backend, "cancel", None)
-        if cancel is not None:
-            cancel()
+        backend.cancel()  # a no-op where nothing runs (base.Backend)
         raise
     ex.shutdown()
     return [done[c.id] for c in cells]

@@ -175,15 +175,6 @@ def test_python_dash_m_rlparity_report(dirs, tmp_path):
     assert "regressions: 2" in proc.stdout and (out / "report.html").is_file()
 
 
-def test_package_still_exposes_the_command():
-    """Transitional: cli.py calls rlparity.report.register until it discovers rlparity.commands.*."""
-    from rlparity import report as package
-
-    assert package.register is report.register and package.main is report.main
-    with pytest.raises(AttributeError):
-        _ = package.no_such_name
-
-
 def test_only_plots_imports_matplotlib():
     """Building and rendering the Markdown (a CI job summary) does not pay for matplotlib."""
     code = (

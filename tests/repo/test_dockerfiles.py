@@ -2,7 +2,8 @@
 and compose.yaml (parsed here, and by docker-compose v1).
 
 hadolint and docker-compose are things CI provides (.ci/run): with CI=true their absence is a failure,
-elsewhere a skip that names what is missing. Nothing here needs a Docker engine (tests/test_docker.py does).
+elsewhere a skip that names what is missing. Nothing here needs a Docker engine (tests/repo/test_docker_engine.py
+and tests/harness/test_docker_backend.py do).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import yaml
 from tooling import find_tool, require
 
 from rlparity.config import REPO
-from rlparity.matrix import load_images
+from rlparity.images import load_images
 
 DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))
 HADOLINT = find_tool("hadolint")

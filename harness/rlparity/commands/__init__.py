@@ -1,1 +1,1 @@
-"""One module per subcommand, each with register(sub)."""
+"""One module per `rlparity` subcommand, each with `register(sub)`; cli.py discovers them (pkgutil)."""

@@ -13,8 +13,6 @@ The command line is rlparity.commands.report. The rules are in docs/harness.md.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlparity.report.html import HTML_ROWS, render_html
 from rlparity.report.html import NAME as HTML_NAME
 from rlparity.report.markdown import MD_LIMIT, MD_ROWS, render_markdown
@@ -34,7 +32,6 @@ from rlparity.report.model import (
     labels,
     load,
     merge,
-    read_dir,
 )
 from rlparity.report.output import write
 from rlparity.report.plots import make_plots
@@ -84,7 +81,6 @@ __all__ = [
     "merge",
     "new_failures",
     "perf_deltas",
-    "read_dir",
     "regressions",
     "render_html",
     "render_markdown",
@@ -93,15 +89,3 @@ __all__ = [
     "totals",
     "write",
 ]
-
-# Transitional: cli.py still calls `report.register(sub)` until it discovers rlparity.commands.* itself.
-# Looked up lazily because rlparity.commands.report imports this package (an eager import would be circular).
-_COMMAND_NAMES = ("register", "cmd_report", "main")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _COMMAND_NAMES:
-        from rlparity.commands import report as command
-
-        return getattr(command, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -148,28 +148,13 @@ def labels(dirs: Sequence[Path]) -> list[str]:
     return names if len(set(names)) == len(names) else [str(d) for d in dirs]
 
 
-def read_dir(d: Path) -> list[CellResult]:
-    """One results dir's cell results; anything that is not a readable results dir is a ConfigError naming it."""
-    if not d.is_dir():
-        raise ConfigError("not a results directory (does not exist or is not a directory)", d)
-    if not (d / "cells").is_dir():
-        raise ConfigError("not a results directory (no cells/ inside)", d)
-    try:
-        found = results.read_all(d)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    if not found:
-        raise ConfigError(f"not a results directory (no cells/*/{results.RESULT_FILE} inside)", d)
-    return found
-
-
 def load(dirs: Sequence[Path]) -> tuple[list[Entry], list[tuple[str, int]], list[str]]:
     """Read and merge results dirs: (entries, [(label, cells read)], notes)."""
     resolved = [d.resolve() for d in dirs]
     for i, r in enumerate(resolved):
         if r in resolved[:i]:
             raise ConfigError("results directory given twice", dirs[i])
-    sets = [(label, read_dir(d)) for label, d in zip(labels(dirs), dirs, strict=True)]
+    sets = [(label, results.open_dir(d)) for label, d in zip(labels(dirs), dirs, strict=True)]
     entries, notes = merge(sets)
     return entries, [(label, len(rs)) for label, rs in sets], notes
 

@@ -1,53 +1,67 @@
-"""Backends run one cell in a clean process (local) or container (docker, see docker_backend.py).
+"""What every backend shares: the Backend protocol, the env a cell starts with, the cell's command line,
+the exit-status map, the cell's result dir, and judge() (a cell's result from what it left behind).
 
-All process side effects live here: the env a cell starts with, device pinning, the per-cell timeout,
-killing a hung cell's whole process group, and turning a crash or a silent exit into an ERROR result
-that carries the tail of the cell's output.
+A backend adds only where the cell runs (local.py: a process group; docker.py: a container).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
 from rlparity import results
+from rlparity.cells import Cell
 from rlparity.fingerprint import ENV_PREFIXES
 from rlparity.inventory import Inventory
-from rlparity.matrix import Cell
 
 TAIL_CHARS = 4000
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 # Set by the runner (CI) to hand this job its GPUs: kept, and cell device indices map through them.
 KEEP = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_HOME", "ROCM_PATH", "HIP_PATH")
+# The cell's exit code per status (cellrun returns it; judge() checks the result agrees).
+EXIT_CODES = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
+CONTROL_VAR = "RLPARITY_CONTROL"  # which negative control a cell runs ("none": rl_kernel itself)
+CONTROL_VAR_DEPRECATED = "RLPARITY_VARIANT"  # the old name, still read for a release
 
 
 class Backend(Protocol):
     name: str
 
+    def prepare(self, cells: list[Cell], strict: bool) -> None:
+        """Before any cell (docker: images built and, with strict, pinned); a no-op where nothing is needed."""
+
     def probe(self) -> Inventory: ...
 
+    def control_env(self, control: str, gpu: bool = False) -> dict[str, str]:
+        """The extra env a negative control's cells need (fma-build: its library)."""
+        ...
+
     def run_cell(
-        self, cell: Cell, devices: list[int], out: Path, variant: str = "none", extra_env: dict[str, str] | None = None
+        self, cell: Cell, devices: list[int], out: Path, control: str = "none", extra_env: dict[str, str] | None = None
     ) -> results.CellResult: ...
 
+    def cancel(self) -> None:
+        """Kill every running cell (the run was interrupted); a no-op where nothing runs."""
 
-def clean_env(base: dict[str, str]) -> dict[str, str]:
+
+def cell_command(python: str, cell_file: str, out: str) -> list[str]:
+    """The one command line a cell runs, on the host or in a container."""
+    return [python, "-m", "rlparity.cell.cellrun", cell_file, out]
+
+
+def clean_env(base: Mapping[str, str]) -> dict[str, str]:
     """The caller's env without the variables that change numerics (device visibility is kept)."""
     return {k: v for k, v in base.items() if not k.startswith(ENV_PREFIXES) or k in KEEP}
 
 
 def cell_env(
-    cell: Cell, devices: list[int], base: dict[str, str], variant: str = "none", extra: dict[str, str] | None = None
+    cell: Cell, devices: list[int], base: Mapping[str, str], control: str = "none", extra: dict[str, str] | None = None
 ) -> dict[str, str]:
-    """The env a cell's process starts with: the caller's, minus every numerics-relevant variable (so
+    """The env a cell's process starts with, for every backend: `base` (the local backend: the caller's
+    env; docker: only the inherited visibility variables) minus every numerics-relevant variable (so
     `baseline` means nothing set), plus the profile's variables, the device pinning and `extra` (the
     negative controls' RL_KERNEL_LIBRARY)."""
     env = clean_env(base)
@@ -57,9 +71,14 @@ def cell_env(
         var = VISIBILITY[cell.platform]
         env[var] = visible_devices(base.get(var), devices)
     env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # the probe and every cell enumerate GPUs the same way
-    env["RLPARITY_VARIANT"] = variant
+    env[CONTROL_VAR] = control
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def control_from_env(environ: Mapping[str, str]) -> str:
+    """The control a cell runs: RLPARITY_CONTROL, else the deprecated RLPARITY_VARIANT, else none."""
+    return environ.get(CONTROL_VAR) or environ.get(CONTROL_VAR_DEPRECATED) or "none"
 
 
 def visible_devices(inherited: str | None, indices: list[int]) -> str:
@@ -108,7 +127,7 @@ def judge(cell: Cell, out: Path, rc: int | None, wall_s: float, started: str, ti
     if rc is None:
         return results.errored(cell, f"timed out after {timeout_s:g} s (killed)", log_tail, started, wall_s)
     has_result = (out / results.RESULT_FILE).exists()
-    if rc < 0 or (rc not in (0, 1, 2)):
+    if rc < 0 or rc not in EXIT_CODES.values():
         reason = describe_exit(rc) + (" after writing its results" if has_result else "")
         return results.errored(cell, reason, log_tail, started, wall_s)
     if not has_result:
@@ -118,73 +137,8 @@ def judge(cell: Cell, out: Path, rc: int | None, wall_s: float, started: str, ti
         res = results.read(out)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return results.errored(cell, f"unreadable {results.RESULT_FILE}: {exc}", log_tail, started, wall_s)
-    expected = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}[res.status]
-    if rc != expected:
+    if rc != EXIT_CODES[res.status]:
         return results.errored(cell, f"{describe_exit(rc)} but its result says {res.status}", log_tail, started, wall_s)
     if res.status == "error" and not res.output_tail:
         res.output_tail = log_tail
     return res
-
-
-class LocalBackend:
-    """One fresh `python -m rlparity.cellrun` subprocess per cell."""
-
-    name = "local"
-
-    def __init__(self, python: str = sys.executable) -> None:
-        self.python = python
-        self._running: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
-
-    def cancel(self) -> None:
-        """Kill every running cell's process group (the run was interrupted)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-
-    def probe(self) -> Inventory:
-        env = clean_env(dict(os.environ))
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-        proc = subprocess.run(
-            [self.python, "-m", "rlparity.inventory"], capture_output=True, text=True, env=env, timeout=300
-        )
-        if proc.returncode != 0:
-            return Inventory(error=f"inventory probe exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-        return Inventory.from_dict(json.loads(proc.stdout))
-
-    def command(self, cell_file: Path, out: Path) -> list[str]:
-        return [self.python, "-m", "rlparity.cellrun", str(cell_file), str(out)]
-
-    def run_cell(
-        self, cell: Cell, devices: list[int], out: Path, variant: str = "none", extra_env: dict[str, str] | None = None
-    ) -> results.CellResult:
-        cell_file = prepare_cell_dir(cell, out)
-        env = cell_env(cell, devices, dict(os.environ), variant, extra_env)
-        started, t0 = results.now(), time.monotonic()
-        with (out / results.LOG_FILE).open("wb") as log:
-            proc = subprocess.Popen(
-                self.command(cell_file, out), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-            with self._lock:
-                self._running.add(proc)
-            try:
-                rc: int | None = proc.wait(timeout=cell.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                rc = None
-            finally:
-                with self._lock:
-                    self._running.discard(proc)
-            # however the cell ended, nothing it started may outlive it (e.g. split ranks holding a GPU)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        return judge(cell, out, rc, round(time.monotonic() - t0, 3), started, cell.timeout_s)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """A hung cell may have children (the split placement's ranks): kill the whole session."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()

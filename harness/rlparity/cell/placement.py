@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.workloads import make_episode, training_logprobs
+from rlparity.cell.workloads import make_episode, training_logprobs
 
 
 def devices(platform: str, placement: str) -> tuple[str, str]:
@@ -29,20 +29,20 @@ def devices(platform: str, placement: str) -> tuple[str, str]:
     return "cuda:0", "cuda:0"
 
 
-def split_training(shape: tuple[int, int, int], dtype: str, seed: int, platform: str, variant: str):
+def split_training(shape: tuple[int, int, int], dtype: str, seed: int, platform: str, control: str):
     """Teacher-forced log-probs and gradient computed by two ranks, each on half of the rows."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gathered.pt"
         port = _free_port()
         mp.start_processes(
-            _rank, args=(shape, dtype, seed, platform, variant, str(out), port), nprocs=2, start_method="spawn"
+            _rank, args=(shape, dtype, seed, platform, control, str(out), port), nprocs=2, start_method="spawn"
         )
         lp, grad = torch.load(out)
     return lp, grad
 
 
-def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
-    from rlparity.variants import logprob_fn  # after spawn: the variant env is inherited
+def _rank(rank: int, shape, dtype, seed, platform, control, out, port) -> None:
+    from rlparity.cell.controls import logprob_fn  # after spawn: the control's env is inherited
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     gpu = platform != "cpu"
@@ -57,7 +57,7 @@ def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
         per = -(-rows // 2)
         lo, hi = rank * per, min(rows, (rank + 1) * per)
         shard = _shard(ep, lo, hi)
-        lp, grad = training_logprobs(shard, logprob_fn(variant), device)
+        lp, grad = training_logprobs(shard, logprob_fn(control), device)
         # NCCL gathers device tensors (gloo CPU ones): inputs and outputs live on this rank's device.
         lp, grad = _pad(lp.view(-1), per).to(device), _pad(grad.view(-1, v), per).to(device)
         lps = [torch.empty_like(lp) for _ in range(2)]
@@ -74,7 +74,7 @@ def _rank(rank: int, shape, dtype, seed, platform, variant, out, port) -> None:
 
 def _shard(ep, lo: int, hi: int):
     """Rows lo..hi of the flattened batch as a one-sequence episode (row order kept)."""
-    from rlparity.workloads import Episode
+    from rlparity.cell.workloads import Episode
 
     b, t, v = ep.shape
     x = ep.logits.reshape(b * t, v)[lo:hi].unsqueeze(0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rl_kernel.bitwise import diff, digest
-from rlparity.matrix import Cell
+from rlparity.cells import Cell
 
 
 @dataclass
@@ -72,10 +72,10 @@ class Recorder:
 
 
 class SuitePlugin:
-    def __init__(self, cell: Cell, variant: str = "none") -> None:
-        # (not named cell/variant: pytest would take such attributes for the fixtures below)
+    def __init__(self, cell: Cell, control: str = "none") -> None:
+        # (not named cell/control: pytest would take such attributes for the fixtures below)
         self._cell = cell
-        self._variant = variant
+        self._control = control
         self.recorder = Recorder()
 
     @pytest.fixture
@@ -83,8 +83,8 @@ class SuitePlugin:
         return self._cell
 
     @pytest.fixture
-    def variant(self) -> str:
-        return self._variant
+    def control(self) -> str:
+        return self._control
 
     @pytest.fixture
     def record(self, request) -> Recorder:

@@ -1,4 +1,4 @@
-"""Inside a cell: `python -m rlparity.cellrun CELL_JSON OUT_DIR`, in a fresh process whose env the backend
+"""Inside a cell: `python -m rlparity.cell.cellrun CELL_JSON OUT_DIR`, in a fresh process whose env the backend
 set before python started. Fingerprints the environment, runs the bitwise suite (pytest, --junitxml) and
 writes result.json. Exit code: 0 passed or skipped, 1 a bitwise mismatch, 2 the cell errored.
 """
@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from rlparity import fingerprint, inventory, results
+from rlparity import fingerprint, results
 from rlparity.applicability import skip_reason
-from rlparity.matrix import Cell
-from rlparity.suite.plugin import SuitePlugin
+from rlparity.backends.base import EXIT_CODES, control_from_env
+from rlparity.cell import fingerprint as cell_fingerprint
+from rlparity.cell import inventory
+from rlparity.cell.suite.plugin import SuitePlugin
+from rlparity.cells import Cell
 
 SUITE_DIR = Path(__file__).parent / "suite"
-EXIT = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
 
 
 class _Outcomes:
@@ -37,16 +39,16 @@ class _Outcomes:
             self.failures.append(f"{name} ({report.when}): {text[0][2:].strip() if text else 'failed'}")
 
 
-def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult:
+def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult:
     started, t0 = results.now(), time.monotonic()
-    fp = fingerprint.collect()
+    fp = cell_fingerprint.collect()
     fp_hash = fingerprint.fingerprint_hash(fp)
     reason = skip_reason(cell, inventory.probe())
     if reason:
         res = results.skipped(cell, reason)
-        res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, variant
+        res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, control
         return res
-    plugin, outcomes = SuitePlugin(cell, variant), _Outcomes()
+    plugin, outcomes = SuitePlugin(cell, control), _Outcomes()
     code = pytest.main(
         [
             str(SUITE_DIR / "test_bitwise.py"),
@@ -75,7 +77,7 @@ def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult
         cell,
         status,
         why,
-        variant=variant,
+        variant=control,  # result.json keeps the field's name
         fingerprint=fp,
         fingerprint_hash=fp_hash,
         digests=rec.digests,
@@ -89,15 +91,15 @@ def run_cell(cell: Cell, out: Path, variant: str = "none") -> results.CellResult
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print("usage: python -m rlparity.cellrun CELL_JSON OUT_DIR", file=sys.stderr)
+        print("usage: python -m rlparity.cell.cellrun CELL_JSON OUT_DIR", file=sys.stderr)
         return 2
     cell = Cell.from_dict(json.loads(Path(argv[0]).read_text()))
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
-    res = run_cell(cell, out, os.environ.get("RLPARITY_VARIANT", "none"))
+    res = run_cell(cell, out, control_from_env(os.environ))
     results.write(res, out)
     print(f"[rlparity] {cell.id}: {res.status.upper()} {res.reason}", flush=True)
-    return EXIT[res.status]
+    return EXIT_CODES[res.status]
 
 
 if __name__ == "__main__":

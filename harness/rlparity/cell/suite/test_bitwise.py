@@ -7,9 +7,9 @@ import torch
 
 from rl_kernel.bitwise import digest
 from rlparity import golden
-from rlparity.placement import devices, split_training
-from rlparity.variants import logprob_fn, stats_fn
-from rlparity.workloads import (
+from rlparity.cell.controls import logprob_fn, stats_fn
+from rlparity.cell.placement import devices, split_training
+from rlparity.cell.workloads import (
     IGNORE,
     batch_views,
     make_episode,
@@ -22,10 +22,10 @@ def _sid(shape) -> str:
     return "x".join(map(str, shape))
 
 
-def test_rollout_matches_training(cell, variant, record, shape):
+def test_rollout_matches_training(cell, control, record, shape):
     """Per-step decode log-probs (each step its own batch) == teacher-forced log-probs with autograd on."""
     ep = make_episode(*shape, cell.dtype, cell.seed)
-    lp = logprob_fn(variant)
+    lp = logprob_fn(control)
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     rollout = rollout_logprobs(ep, lp, rollout_dev, cell.seed)
     training, grad = training_logprobs(ep, lp, train_dev)
@@ -35,12 +35,12 @@ def test_rollout_matches_training(cell, variant, record, shape):
     assert d.equal, d.summary()
 
 
-def test_batch_invariance(cell, variant, record, shape):
+def test_batch_invariance(cell, control, record, shape):
     """A row alone, in its batch, in reversed batch order and as a strided view: the same bits."""
     ep = make_episode(*shape, cell.dtype, cell.seed)
-    lp = logprob_fn(variant)
+    lp = logprob_fn(control)
     dev = devices(cell.platform, cell.placement)[1]
-    stats = stats_fn(variant)
+    stats = stats_fn(control)
     views = batch_views(ep)
     x, tok, _ = views["batch"]
     reference = lp(x.to(dev), tok.to(dev)).cpu()
@@ -57,10 +57,10 @@ def test_batch_invariance(cell, variant, record, shape):
     assert not failures, "; ".join(failures)
 
 
-def test_run_to_run(cell, variant, record, shape):
+def test_run_to_run(cell, control, record, shape):
     """The training path repeated (cell.repeats times in all): identical log-probs and gradients."""
     ep = make_episode(*shape, cell.dtype, cell.seed)
-    lp = logprob_fn(variant)
+    lp = logprob_fn(control)
     dev = devices(cell.platform, cell.placement)[1]
     first_lp, first_grad = training_logprobs(ep, lp, dev)
     failures = []
@@ -73,7 +73,7 @@ def test_run_to_run(cell, variant, record, shape):
     assert not failures, "; ".join(failures)
 
 
-def test_golden_digests(cell, variant, record, shape):
+def test_golden_digests(cell, control, record, shape):
     """The tier's committed digests (the same for every target in the exact tier)."""
     table = golden.load(cell.tier)
     keys = {what: golden.key(cell.dtype, shape, cell.seed, what) for what in golden.OUTPUTS}
@@ -85,8 +85,8 @@ def test_golden_digests(cell, variant, record, shape):
         )
     dev = devices(cell.platform, cell.placement)[1]
     ep = make_episode(*shape, cell.dtype, cell.seed)
-    lp, grad = training_logprobs(ep, logprob_fn(variant), dev)
-    stats = stats_fn(variant)(ep.logits.reshape(-1, shape[2]).to(dev))
+    lp, grad = training_logprobs(ep, logprob_fn(control), dev)
+    stats = stats_fn(control)(ep.logits.reshape(-1, shape[2]).to(dev))
     wrong = [
         f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
         for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)), ("stats", digest(stats)))
@@ -95,13 +95,13 @@ def test_golden_digests(cell, variant, record, shape):
     assert not wrong, "; ".join(wrong)
 
 
-def test_split_matches_single(cell, variant, record, shape):
+def test_split_matches_single(cell, control, record, shape):
     """split placement: the batch sharded over two ranks and all-gathered == the single-device run."""
     if cell.placement != "split":
         pytest.skip(f"placement is {cell.placement}, not split")
     ep = make_episode(*shape, cell.dtype, cell.seed)
-    single_lp, single_grad = training_logprobs(ep, logprob_fn(variant), devices(cell.platform, "single")[1])
-    split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, variant)
+    single_lp, single_grad = training_logprobs(ep, logprob_fn(control), devices(cell.platform, "single")[1])
+    split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control)
     d_lp = record.compare(f"{_sid(shape)} split vs single logprobs", split_lp, single_lp)
     d_grad = record.compare(f"{_sid(shape)} split vs single grad", split_grad, single_grad)
     assert d_lp.equal and d_grad.equal, f"logprobs: {d_lp.summary()}; grad: {d_grad.summary()}"

@@ -1,7 +1,7 @@
 """The log-prob function a cell checks: rl_kernel's, or one of the deliberately wrong negative controls.
 
-`rlparity selftest` runs cells with RLPARITY_VARIANT set to each control; the bitwise suite must fail
-every one of them. Each control is a way real kernels go wrong:
+`rlparity selftest` runs cells with RLPARITY_CONTROL set to each control (RLPARITY_VARIANT: the deprecated
+name); the bitwise suite must fail every one of them. Each control is a way real kernels go wrong:
 
 - ulp-flip:       one element's last bit differs (the smallest possible divergence).
 - reversed-order: rl_kernel over the vocabulary in reverse: the same math, the reduction order reversed.
@@ -31,32 +31,37 @@ import torch
 
 import rl_kernel
 import rl_kernel.reference as R
-from rlparity.workloads import IGNORE, LogprobFn
+from rlparity.cell.workloads import IGNORE, LogprobFn
 
-VARIANTS = ("none", "ulp-flip", "reversed-order", "fma-build", "wave-tree", "atomics")
+# "none" is rl_kernel itself; the rest are the negative controls. rlparity.selftest.CONTROLS is the host's
+# copy of these names (the host never imports this module): tests/harness/test_controls.py keeps them equal.
+CONTROLS = ("none", "ulp-flip", "reversed-order", "fma-build", "wave-tree", "atomics")
 WAVE = 64
 
 
-def logprob_fn(variant: str = "none") -> LogprobFn:
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown RLPARITY_VARIANT {variant!r} (known: {', '.join(VARIANTS)})")
-    if variant in ("none", "fma-build"):  # fma-build swaps the library underneath rl_kernel
+def _check(control: str) -> None:
+    if control not in CONTROLS:
+        raise ValueError(f"unknown RLPARITY_CONTROL {control!r} (known: {', '.join(CONTROLS)})")
+
+
+def logprob_fn(control: str = "none") -> LogprobFn:
+    _check(control)
+    if control in ("none", "fma-build"):  # fma-build swaps the library underneath rl_kernel
         return _exact
-    return {"ulp-flip": _ulp_flip, "reversed-order": _reversed, "wave-tree": _wave, "atomics": _atomics}[variant]
+    return {"ulp-flip": _ulp_flip, "reversed-order": _reversed, "wave-tree": _wave, "atomics": _atomics}[control]
 
 
-def stats_fn(variant: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
-    """The variant's row statistics [max, sum of exp, log of the sum] per row: the intermediates, which
+def stats_fn(control: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The control's row statistics [max, sum of exp, log of the sum] per row: the intermediates, which
     move with any change of reduction order even where the rounded log-probs do not."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown RLPARITY_VARIANT {variant!r} (known: {', '.join(VARIANTS)})")
-    if variant == "atomics":
+    _check(control)
+    if control == "atomics":
         return lambda x: _atomic_stats(x) if x.is_cuda else _reference_stats(x, _arrival_order_tree)
-    if variant == "wave-tree":
+    if control == "wave-tree":
         return lambda x: _reference_stats(x, _wave_tree)
-    if variant == "reversed-order":
+    if control == "reversed-order":
         return lambda x: rl_kernel.row_stats(x.flip(-1))
-    if variant == "ulp-flip":
+    if control == "ulp-flip":
         return lambda x: _flip_first(rl_kernel.row_stats(x))
     return rl_kernel.row_stats
 
@@ -185,9 +190,9 @@ def _arrival_order_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.nd
     return am[0], as_[0]
 
 
-def variant_env(variant: str, gpu: bool = False) -> dict[str, str]:
-    """Env a cell needs for a variant: the fma-build control loads its own build of rl_kernel."""
-    return {"RL_KERNEL_LIBRARY": str(build_fma_variant(gpu=gpu))} if variant == "fma-build" else {}
+def control_env(control: str, gpu: bool = False) -> dict[str, str]:
+    """Env a cell needs for a control: the fma-build control loads its own build of rl_kernel."""
+    return {"RL_KERNEL_LIBRARY": str(build_fma_variant(gpu=gpu))} if control == "fma-build" else {}
 
 
 # ---- the contracted-FMA build ------------------------------------------------------------------------
@@ -206,9 +211,8 @@ def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
     csrc = Path(rl_kernel.__file__).parent / "csrc"
     cxx = [*build_flags.CXX_FLAGS, *FMA_FLAGS]
     device: list[str] = []
-    sources = [csrc / "ops_cpu.cpp"]
+    sources = _fma_sources(build_flags, gpu)
     if gpu:
-        sources.append(csrc / "ops_gpu.cu")
         if torch.version.hip:
             device = [f for f in build_flags.HIP_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
         else:
@@ -216,7 +220,7 @@ def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
             device = [f for f in device if f != "-Xcompiler=-ffp-contract=off"]
     spec = {"sources": [str(p) for p in sources], "cxx": cxx, "device": device}
     key = hashlib.sha256(
-        "".join(p.read_text() for p in sorted(csrc.iterdir()) if p.is_file()).encode() + json.dumps(spec).encode()
+        "".join(p.read_text() for p in sorted(csrc.rglob("*")) if p.is_file()).encode() + json.dumps(spec).encode()
     ).hexdigest()[:12]
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
     out = root / f"fma-{'gpu' if gpu else 'cpu'}-{key}"
@@ -233,3 +237,25 @@ def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
     if proc.returncode != 0 or not lib.exists():
         raise RuntimeError(f"building the FMA variant failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return lib
+
+
+def _fma_sources(build_flags, gpu: bool) -> list[Path]:
+    """The build's C++/CUDA sources, found by build_flags.sources() (one list for setup.py, this control and
+    kernels-check)."""
+    return [build_flags.REPO / s for s in build_flags.sources(gpu)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m rlparity.cell.controls env NAME [--gpu]`: the control's cell env as JSON (builds the
+    fma-build library here). How the host gets it without importing the cell side."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) not in (2, 3) or argv[0] != "env" or argv[2:] not in ([], ["--gpu"]):
+        print("usage: python -m rlparity.cell.controls env NAME [--gpu]", file=sys.stderr)
+        return 2
+    _check(argv[1])
+    print(json.dumps(control_env(argv[1], gpu=argv[2:] == ["--gpu"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""`rlparity golden [--update]`: check, or rewrite, every committed golden digest of the exact tier.
+
+The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/golden/exact/,
+written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
+(harness/golden/, owned by rlparity.golden, computed on the cell side by `python -m rlparity.cell.golden`).
+No test writes either: checking tests only read them."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+from rlparity import golden
+from rlparity.config import ConfigError
+from rlparity.matrix import load_axes
+from rlparity.ui import console
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    g = sub.add_parser("golden", help="check (or --update) every golden digest of the exact tier (kernels + workloads)")
+    g.add_argument("--update", action="store_true")
+    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest"])
+    g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(func=cmd_golden)
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    axes = load_axes()
+    unknown = [s for s in args.shapes if s not in axes.shapes]
+    if unknown:
+        raise ConfigError(f"unknown shape set(s) {', '.join(unknown)} (known: {', '.join(axes.shapes)})")
+    kernels = _kernel_digests(args.update)
+    entries = golden.compute([s for name in args.shapes for s in axes.shapes[name]], args.dtypes, args.seed)
+    if args.update:
+        path = golden.update("exact", entries)
+        console.print(f"wrote {len(entries)} digests to {path}")
+        return kernels
+    table = golden.load("exact")
+    wrong = {k: v for k, v in entries.items() if table.get(k) != v}
+    for k in wrong:
+        console.print(f"  [red]differs[/] {k}")
+    console.print(f"{len(entries) - len(wrong)}/{len(entries)} workload digests equal the committed ones")
+    return 1 if wrong or kernels else 0
+
+
+def _kernel_digests(update: bool) -> int:
+    """rl_kernel's per-family digests, checked or rewritten in a subprocess (the host never imports rl_kernel)."""
+    proc = subprocess.run([sys.executable, "-m", "rl_kernel.golden", *(["--update"] if update else [])],
+                          capture_output=True, text=True)  # fmt: skip
+    console.print(proc.stdout.rstrip() or proc.stderr.rstrip()[-2000:])
+    return 0 if proc.returncode == 0 else 1

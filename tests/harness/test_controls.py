@@ -1,0 +1,51 @@
+"""The negative controls' names and switches: the host's list and the cell's agree; the deprecated
+--variant / RLPARITY_VARIANT still work; the fma build's sources come from build_flags when it has them."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlparity import cli, selftest
+from rlparity.backends.base import control_from_env
+from rlparity.cell import controls
+
+
+def test_host_and_cell_name_the_same_controls():
+    assert selftest.CONTROLS == controls.CONTROLS
+    assert tuple(c for c in controls.CONTROLS if c != "none") == selftest.NEGATIVE
+
+
+def test_every_control_has_a_logprob_and_a_stats_function():
+    for name in controls.CONTROLS:
+        assert callable(controls.logprob_fn(name)) and callable(controls.stats_fn(name))
+    with pytest.raises(ValueError, match="RLPARITY_CONTROL"):
+        controls.logprob_fn("ulp-flop")
+
+
+@pytest.mark.parametrize(
+    ("environ", "control"),
+    [
+        ({}, "none"),
+        ({"RLPARITY_CONTROL": "ulp-flip"}, "ulp-flip"),
+        ({"RLPARITY_VARIANT": "atomics"}, "atomics"),  # the deprecated name
+        ({"RLPARITY_CONTROL": "wave-tree", "RLPARITY_VARIANT": "atomics"}, "wave-tree"),
+    ],
+)
+def test_a_cell_reads_its_control_from_the_env(environ, control):
+    assert control_from_env(environ) == control
+
+
+@pytest.mark.parametrize("flag", ["--control", "--variant"])
+def test_run_takes_control_and_the_deprecated_variant(flag):
+    assert cli.parser().parse_args(["run", flag, "ulp-flip"]).control == "ulp-flip"
+
+
+def test_fma_sources_are_the_builds_sources():
+    """The FMA control rebuilds exactly what setup.py builds: build_flags.sources(), files that exist."""
+    from rl_kernel import build_flags
+
+    for gpu in (False, True):
+        got = controls._fma_sources(build_flags, gpu)
+        assert got == [build_flags.REPO / s for s in build_flags.sources(gpu)]
+        assert got and all(p.is_file() for p in got)
+    assert len(controls._fma_sources(build_flags, True)) > len(controls._fma_sources(build_flags, False))

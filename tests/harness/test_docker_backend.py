@@ -1,0 +1,87 @@
+"""The docker backend with a Docker engine: the quick matrix's cpu cells in containers give the local
+backend's digests; a misbehaving container is an ERROR that says what happened, and is removed."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tooling import find_tool
+
+from rlparity import images, results
+from rlparity.backends.docker import LABEL, DockerBackend
+from rlparity.config import REPO
+from rlparity.matrix import load_matrix
+from rlparity.select import select
+
+CPU_TAG = images.project_tag("cpu")
+DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))
+CELL_FILTER = "profile=baseline placement=single"
+
+
+HADOLINT = find_tool("hadolint")
+
+
+def _run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlparity.cli", "run", *args], capture_output=True, text=True, cwd=cwd, timeout=900
+    )
+
+
+def _digests(out: Path) -> dict[str, dict[str, str]]:
+    """Each cell's digests, keyed by the cell id without its image (local and docker cells line up)."""
+    return {r.cell.id.split("/", 1)[1]: r.digests for r in results.read_all(out) if r.status == "passed"}
+
+
+def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu_image, tmp_path):
+    """Every cell of the quick matrix that the cpu image carries (both env profiles, single and split),
+    one container each, against the same cells on the local backend: the same digests."""
+    docker_out, local_out = tmp_path / "docker", tmp_path / "local"
+    d = _run_cli("--backend", "docker", "--matrix", "quick", "--filter", "image=cpu", "--out", str(docker_out),
+                 "--jobs", "2")  # fmt: skip
+    assert d.returncode == 0, d.stdout[-3000:] + d.stderr[-3000:]
+    loc = _run_cli("--matrix", "quick", "--filter", "target=cpu", "--out", str(local_out), "--jobs", "2")
+    assert loc.returncode == 0, loc.stdout[-3000:]
+    in_docker, local = _digests(docker_out), _digests(local_out)
+    # 2 profiles x 2 placements x fp32/bf16 (quick's fp16 include names the rocm image, which has the cpu
+    # target too but is not built here)
+    assert len(in_docker) == 8 and set(in_docker) <= set(local), (sorted(in_docker), sorted(local))
+    assert all(in_docker[k] and in_docker[k] == local[k] for k in in_docker), (in_docker, local)
+    fp = results.read_all(docker_out)[0].fingerprint
+    assert fp["image"]["name"] == "cpu" and fp["image"]["record"]["torch"].startswith("2.13.0")
+    left = client.containers.list(all=True, filters={"label": LABEL})
+    assert not left, f"containers left behind: {[c.name for c in left]}"
+
+
+class _Misbehaving(DockerBackend):
+    def __init__(self, command: list[str]) -> None:
+        super().__init__()
+        self.command = command
+
+    def entrypoint(self) -> list[str]:
+        return self.command
+
+
+@pytest.mark.parametrize(
+    ("command", "timeout", "reason"),
+    [
+        (["sleep", "60"], 3.0, "timed out after 3 s"),
+        (["python", "-c", "import ctypes; print('about to crash', flush=True); ctypes.string_at(0)"], 60.0, "SIGSEGV"),
+        (["python", "-c", "print('bye')"], 60.0, "without writing result.json"),
+    ],
+    ids=["hang", "segfault", "silent"],
+)  # fmt: skip
+def test_docker_backend_turns_a_misbehaving_container_into_an_error(client, cpu_image, tmp_path, command, timeout,
+                                                                    reason):  # fmt: skip
+    cell = next(iter(select(load_matrix("quick", backend="docker").cells, f"image=cpu {CELL_FILTER} dtype=fp32")))
+    cell = dataclasses.replace(cell, timeout_s=timeout)
+    backend = _Misbehaving(command)
+    res = backend.run_cell(cell, [], tmp_path / "cell")
+    assert res.status == "error" and reason in res.reason, res.reason
+    if "crash" in " ".join(command):
+        assert "about to crash" in res.output_tail
+    left = client.containers.list(all=True, filters={"label": f"{LABEL}={cell.id}"})
+    assert not left

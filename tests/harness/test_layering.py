@@ -1,0 +1,73 @@
+"""The harness's layering, as import-linter contracts (pyproject.toml, [tool.importlinter]): the host never
+imports the cell side, rl_kernel or torch; rl_kernel never imports the harness. The contracts hold, they
+cover every host module, and they can fail."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from factories import ROOT
+
+PACKAGE = ROOT / "harness" / "rlparity"
+HOST_CONTRACTS = ("host-not-cell", "host-not-kernel")
+
+
+def lint_imports(cwd: Path, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` on the config in cwd/pyproject.toml (through this interpreter, without a cache)."""
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = pythonpath
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run(
+        [sys.executable, "-c", code, "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def contracts(pyproject: Path = ROOT / "pyproject.toml") -> dict[str, dict]:
+    config = tomllib.loads(pyproject.read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+def host_modules() -> set[str]:
+    """Every module and subpackage of rlparity outside rlparity.cell."""
+    names = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "cell"}
+    return {f"rlparity.{n}" for n in names}
+
+
+def test_the_contracts_hold():
+    proc = lint_imports(ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "3 kept, 0 broken" in proc.stdout
+
+
+@pytest.mark.parametrize("contract", HOST_CONTRACTS)
+def test_every_host_module_is_under_the_host_contracts(contract):
+    """A new host module must be added to the contracts, or the rule would not reach it."""
+    listed = set(contracts()[contract]["source_modules"])
+    assert host_modules() - listed == set(), "add these to pyproject.toml's import-linter contracts"
+    assert listed - host_modules() == set(), "these are listed but do not exist"
+
+
+def test_a_host_import_of_the_cell_side_breaks_the_contract(tmp_path):
+    """In a copy of the packages, gate.py imports rlparity.cell: lint-imports fails and names the contract."""
+    pkgs = tmp_path / "pkgs"
+    ignore = shutil.ignore_patterns("__pycache__", "*.so", "csrc")
+    shutil.copytree(PACKAGE, pkgs / "rlparity", ignore=ignore)
+    shutil.copytree(ROOT / "kernels" / "rl_kernel", pkgs / "rl_kernel", ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    gate = pkgs / "rlparity" / "gate.py"
+    gate.write_text(gate.read_text() + "\nfrom rlparity.cell import controls  # noqa: E402,F401\n")
+    proc = lint_imports(tmp_path, pythonpath=str(pkgs))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "the host never imports the cell side (rlparity.cell) BROKEN" in out, out[-4000:]
+    assert "rlparity.gate -> rlparity.cell.controls" in out, out[-4000:]
+    # and, through controls, torch and rl_kernel: the second host contract breaks too
+    assert "the host never imports rl_kernel or torch (they run in a cell) BROKEN" in out, out[-4000:]
