@@ -12,10 +12,11 @@ import os
 
 import pytest
 import torch
-from tooling import require
 
 import rl_kernel
 from rlparity import images
+
+from tooling import require
 
 NO_GPU = "no CUDA/ROCm GPU on this machine"
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)

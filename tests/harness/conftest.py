@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from scripted import CPU_CELL_ID, CPU_FILTER
 
 from rlparity.cells import Cell
 from rlparity.matrix import load_matrix
 from rlparity.select import select
+
+from harness.scripted import CPU_CELL_ID, CPU_FILTER
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from factories import (
-    make_cell,
-)
-
 from rlparity import inventory
 from rlparity.applicability import FAST_TIER_MISSING, devices_for, skip_reason
 from rlparity.inventory import Device, Inventory
+
+from harness.factories import (
+    make_cell,
+)
 
 # ---- applicability --------------------------------------------------------------------------------------
 MI300X = Device(0, "rocm", "AMD Instinct MI300X", "gfx942", 64)

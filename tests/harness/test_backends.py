@@ -5,17 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import (
-    make_cell,
-    make_result,
-    write_log,
-)
 
 from rlparity import results
 from rlparity.backends import base
 from rlparity.config import ConfigError
 from rlparity.matrix import load_matrix
 from rlparity.results import CellResult
+
+from harness.factories import (
+    make_cell,
+    make_result,
+    write_log,
+)
 
 # ---- cell env, visible devices, judge ------------------------------------------------------------------
 CALLER = {

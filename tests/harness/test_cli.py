@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 from junitparser import Error, Failure
-from scripted import (
+
+from rlparity import results
+
+from harness.scripted import (
     CELL_SCRIPT,
     CHILD_MARK,
     CPU_CELL_ID,
@@ -25,8 +28,6 @@ from scripted import (
     wait_dead,
     write_matrix,
 )
-
-from rlparity import results
 
 
 # ---- the CLI end to end ----------------------------------------------------------------------------

@@ -5,14 +5,15 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from factories import (
+from junitparser import JUnitXml, TestSuite
+
+from rlparity import collect, results
+
+from harness.factories import (
     comparison,
     make_cell,
     make_result,
 )
-from junitparser import JUnitXml, TestSuite
-
-from rlparity import collect, results
 
 # ---- junit merge ---------------------------------------------------------------------------------------
 PASSED_JUNIT = """<?xml version="1.0" encoding="utf-8"?>

@@ -8,16 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from factories import (
+
+from rlparity import compare, results
+from rlparity.cell import tensors
+from rlparity.config import ConfigError
+
+from harness.factories import (
     D1,
     D2,
     make_cell,
     make_result,
 )
-
-from rlparity import compare, results
-from rlparity.cell import tensors
-from rlparity.config import ConfigError
 
 
 # ---- compare --------------------------------------------------------------------------------------------

@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from tooling import find_tool
 
 from rlparity import images, results
 from rlparity.backends.docker import LABEL, DockerBackend
 from rlparity.config import REPO
 from rlparity.matrix import load_matrix
 from rlparity.select import select
+
+from tooling import find_tool
 
 CPU_TAG = images.project_tag("cpu")
 DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from factories import (
+from rlparity import gate
+
+from harness.factories import (
     D1,
     D2,
     make_cell,
     make_result,
 )
-
-from rlparity import gate
 
 # ---- gate -------------------------------------------------------------------------------------------------
 

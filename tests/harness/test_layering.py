@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from factories import ROOT
+
+from harness.factories import ROOT
 
 PACKAGE = ROOT / "harness" / "rlparity"
 HOST_CONTRACTS = ("host-not-cell", "host-not-kernel")

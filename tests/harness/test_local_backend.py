@@ -8,7 +8,16 @@ import time
 
 import pytest
 from junitparser import Failure
-from scripted import (
+
+from rlparity import results
+from rlparity.backends.base import TAIL_CHARS
+from rlparity.backends.local import LocalBackend
+from rlparity.inventory import Inventory
+from rlparity.matrix import load_matrix
+from rlparity.runner import run_cells
+from rlparity.select import select
+
+from harness.scripted import (
     CHILD_MARK,
     RecordingBackend,
     ScriptedBackend,
@@ -18,14 +27,6 @@ from scripted import (
     suites_by_name,
     wait_dead,
 )
-
-from rlparity import results
-from rlparity.backends.base import TAIL_CHARS
-from rlparity.backends.local import LocalBackend
-from rlparity.inventory import Inventory
-from rlparity.matrix import load_matrix
-from rlparity.runner import run_cells
-from rlparity.select import select
 
 # ---- the local backend on misbehaving cells --------------------------------------------------------
 MISBEHAVIOUR = {

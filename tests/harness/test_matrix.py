@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from factories import (
+
+from rlparity.matrix import load_matrix
+
+from harness.factories import (
     BASE_AXES,
     FULL_INCLUDE,
     IMAGES_TOML,
@@ -17,8 +20,6 @@ from factories import (
     matrix_text,
     write,
 )
-
-from rlparity.matrix import load_matrix
 
 AXIS_ORDER = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
 

@@ -5,16 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import (
+
+from rlparity.config import ConfigError
+from rlparity.matrix import load_matrix, resolve_matrix_path
+
+from harness.factories import (
     BASE_AXES,
     FULL_INCLUDE,
     MATRICES,
     matrix_text,
     write,
 )
-
-from rlparity.config import ConfigError
-from rlparity.matrix import load_matrix, resolve_matrix_path
 
 
 # ---- malformed matrix files ------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rlparity import report
+
 from harness.report_data import (
     DRIFT,
     ENV,
@@ -16,7 +18,6 @@ from harness.report_data import (
     current_set,
     result,
 )
-from rlparity import report
 
 
 # ---- pure logic -----------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rlparity.commands import report
+
 from harness.report_data import (
     DRIFT,
     ENV,
@@ -26,7 +28,6 @@ from harness.report_data import (
     section,
     write_set,
 )
-from rlparity.commands import report
 
 
 @pytest.fixture

@@ -7,12 +7,6 @@ import math
 import re
 
 import pytest
-from factories import (
-    comparison,
-    make_cell,
-    make_result,
-    write_log,
-)
 
 from rlparity import results
 from rlparity.backends import base
@@ -20,6 +14,13 @@ from rlparity.cells import Cell
 from rlparity.config import ConfigError
 from rlparity.matrix import load_matrix
 from rlparity.results import CellResult
+
+from harness.factories import (
+    comparison,
+    make_cell,
+    make_result,
+    write_log,
+)
 
 # ---- results ---------------------------------------------------------------------------------------------
 COMPARISONS = [

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from factories import comparison, make_result
-from scripted import (
-    rlparity,
-    show,
-)
 
 from rlparity import results
 from rlparity.selftest import NEGATIVE, outcome
+
+from harness.factories import comparison, make_result
+from harness.scripted import (
+    rlparity,
+    show,
+)
 
 
 # ---- selftest ---------------------------------------------------------------------------------------

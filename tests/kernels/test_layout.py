@@ -1,4 +1,4 @@
-"""The kernels' layout: sources and families are discovered, never listed (docs/architecture-kernels.md)."""
+"""The kernels' layout: sources and families are discovered, never listed (docs/architecture.md)."""
 
 from __future__ import annotations
 

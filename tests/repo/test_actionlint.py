@@ -9,9 +9,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tooling import find_tool, require
-
 from repo.workflow_rules import ACTIONLINT_CONFIG, ROOT, workflow_files
+from tooling import find_tool, require
 
 
 def actionlint() -> str | None:

@@ -13,12 +13,12 @@ import json
 import os
 import subprocess
 
-from tooling import find_tool, require
-
 from rlparity import images, results
 from rlparity.config import REPO
 from rlparity.matrix import load_matrix
 from rlparity.select import select
+
+from tooling import find_tool, require
 
 CPU_TAG = images.project_tag("cpu")
 CELL_FILTER = "profile=baseline placement=single"

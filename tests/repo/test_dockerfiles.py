@@ -14,10 +14,11 @@ from pathlib import Path
 
 import tomllib
 import yaml
-from tooling import find_tool, require
 
 from rlparity.config import REPO
 from rlparity.images import load_images
+
+from tooling import find_tool, require
 
 DOCKERFILES = sorted((REPO / "docker").glob("Dockerfile*"))
 HADOLINT = find_tool("hadolint")

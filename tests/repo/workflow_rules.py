@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tooling import require
-
 from repo.gha import UnsupportedExpression, evaluate, strip_braces, truthy
+from tooling import require
 
 try:
     import yaml
