@@ -5,8 +5,13 @@
 For every vocabulary size and dtype: run-to-run equality, batch invariance (a
 row alone, the batch reversed), and, where a CUDA/ROCm device and the GPU build
 are present, CPU bits == GPU bits for every output and gradient of every
-operator (rl_kernel.ops.all_specs()). Prints a table;
-exits 1 on any mismatch.
+operator (rl_kernel.ops.all_specs()). Prints a table and the counts by kind
+(CPU vs GPU, run to run, batch/order); exits 1 on any mismatch.
+
+On a machine without a GPU it compares nothing across devices, and says so: its
+comparisons are then CPU run-to-run and batch/order only, and "0 CPU-vs-GPU
+comparisons" is printed (and recorded in --json) so that a CPU-only pass is never
+read as device parity.
 """
 
 from __future__ import annotations
@@ -23,6 +28,19 @@ from rich.table import Table
 import rl_kernel
 from rl_kernel import bitwise, inputs
 from rl_kernel.ops import Case, OpSpec, all_specs
+
+#: The kinds of comparison, in the order they are reported.
+KINDS = ("cpu_vs_gpu", "run_to_run", "batch")
+KIND_LABELS = {"cpu_vs_gpu": "CPU vs GPU", "run_to_run": "run to run", "batch": "batch/order"}
+
+
+def kind_of(check: str) -> str:
+    """What a check compares: CPU bits against GPU bits, a run against its repeat, or batch/order invariance."""
+    if check.endswith("cpu == gpu"):
+        return "cpu_vs_gpu"
+    if check.endswith("run-to-run"):
+        return "run_to_run"
+    return "batch"
 
 
 def outputs(case: Case, specs: tuple[OpSpec, ...]) -> dict[str, torch.Tensor]:
@@ -79,9 +97,24 @@ def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
         "dtype": str(dtype).replace("torch.", ""),
         "rows": x.shape[0],
         "checks": len(checks),
+        "by_kind": {kind: sum(kind_of(k) == kind for k in checks) for kind in KINDS},
         "mismatches": {k: d.summary() for k, d in checks.items() if not d.equal},
         "digest_token_logprobs": bitwise.digest(cpu["token_logprobs"]),
     }
+
+
+def summary_lines(gpu: bool, totals: dict[str, int], equal: dict[str, int]) -> list[str]:
+    """The closing lines: counts split by kind; without a GPU, a plain statement that no device was compared."""
+    total, same = sum(totals.values()), sum(equal.values())
+    if not gpu:
+        return [
+            f"CPU only: {same}/{total} run-to-run/batch comparisons equal "
+            f"({equal['run_to_run']}/{totals['run_to_run']} run to run, "
+            f"{equal['batch']}/{totals['batch']} batch/order); "
+            "0 CPU-vs-GPU comparisons: no GPU here, so this says nothing about device parity"
+        ]
+    split = ", ".join(f"{KIND_LABELS[k]} {equal[k]}/{totals[k]}" for k in KINDS)
+    return [f"{same}/{total} comparisons bitwise equal: {split}"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console = Console()
     device = torch.cuda.get_device_name() if gpu else "cpu only (no CUDA/ROCm device here)"
-    console.print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: cpu + {device}")
+    devices = f"cpu + {device}" if gpu else f"{device}: nothing is compared across devices"
+    console.print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}")
     table = Table("vocab", "dtype", "rows", "comparisons", "mismatches", "seconds", title="bitwise self-check")
     records = []
     for vocab in (int(v) for v in args.vocabs.split(",")):
@@ -117,9 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             for k, s in rec["mismatches"].items():
                 console.print(f"[red]MISMATCH[/] V={vocab} {rec['dtype']}: {k}: {s}")
     console.print(table)
-    total = sum(r["checks"] for r in records)
     failed = sum(len(r["mismatches"]) for r in records)
-    console.print(f"{total - failed}/{total} comparisons bitwise equal")
+    totals = {kind: sum(r["by_kind"][kind] for r in records) for kind in KINDS}
+    equal = {kind: totals[kind] - sum(kind_of(k) == kind for r in records for k in r["mismatches"]) for kind in KINDS}
+    for line in summary_lines(gpu, totals, equal):
+        console.print(line, highlight=False)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
@@ -128,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                     "torch": torch.__version__,
                     "cuda": torch.version.cuda,
                     "hip": torch.version.hip,
+                    "gpu": gpu,
+                    "comparisons": totals,
+                    "equal": equal,
                     "cases": records,
                 },
                 f,

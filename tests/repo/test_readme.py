@@ -1,0 +1,212 @@
+"""Every fenced code block of README.md works: python blocks run, shell blocks' commands are valid here.
+
+The checker (tests/repo/readme_check.py) is itself tested: on small synthetic markdown and on a copy of the
+README with a snippet broken, it must report the fault. The README's claims that have numbers or names in
+them are held to their sources: docs/benchmarks.md for figures, the matrices for tiers, the harness's
+workloads for where it starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from repo import readme_check as rc
+
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+BLOCKS = rc.blocks(README)
+
+
+def test_the_readme_has_code_blocks_of_each_kind() -> None:
+    langs = {b.lang for b in BLOCKS}
+    assert {"python", "bash"} <= langs, langs
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "python"], ids=lambda b: b.name)
+def test_python_block_runs(block: rc.Block, tmp_path: Path) -> None:
+    assert rc.run_python(block, tmp_path) == []
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang in rc.SHELL_LANGS], ids=lambda b: b.name)
+def test_shell_block_commands_are_valid(block: rc.Block) -> None:
+    assert rc.commands(block.text), "a shell block without a command"
+    assert rc.check_shell(block, REPO) == []
+
+
+def test_every_block_is_code_or_declared_text() -> None:
+    """A block with no language would escape the checks: README says what each block is."""
+    for b in BLOCKS:
+        assert b.lang, f"the block at line {b.line} has no language: mark it ```text, ```bash or ```python"
+
+
+def test_the_kernels_snippet_uses_bitwise_diff_right_after_import() -> None:
+    (snippet,) = [b.text for b in BLOCKS if b.lang == "python" and "rl_kernel.token_logprobs" in b.text]
+    assert "import rl_kernel\n" in snippet and "rl_kernel.bitwise.diff(" in snippet
+    assert "from rl_kernel import bitwise" not in snippet and "import rl_kernel.bitwise" not in snippet
+    assert "policy(" not in re.sub(r"#.*", "", snippet), "the snippet must run: no placeholder calls"
+
+
+# ---- the checker itself must be able to fail ----------------------------------------------------------
+
+
+def _md(lang: str, body: str) -> str:
+    return f"intro\n\n```{lang}\n{body}\n```\n\ntail\n"
+
+
+def test_blocks_reads_fences_and_languages() -> None:
+    md = "a\n```python\nx = 1\n```\n```text\nnot code\n```\n````bash\nmake run\n````\n"
+    assert [(b.lang, b.text, b.line) for b in rc.blocks(md)] == [
+        ("python", "x = 1\n", 2),
+        ("text", "not code\n", 5),
+        ("bash", "make run\n", 8),
+    ]
+    with pytest.raises(ValueError, match="never closed"):
+        rc.blocks("```python\nx = 1\n")
+
+
+def test_commands_join_continuations_and_drop_comments() -> None:
+    text = "A=1 B=2 docker compose run --rm test   # comment\n# only a comment\ncd x && make run \\\n  lint\n"
+    assert rc.commands(text) == [["docker", "compose", "run", "--rm", "test"], ["cd", "x"], ["make", "run", "lint"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("make no-such-target", "no such target"),
+        ("rlparity run --no-such-flag", "the CLI rejects it"),
+        ("rlparity no-such-command", "the CLI rejects it"),
+        ("rlparity run --matrix $MATRIX --jobs many", "the CLI rejects it"),
+        ("docker compose run --rm no-such-service", "no service 'no-such-service'"),
+        ("docker compose up --exit-code-from nope test", "no service 'nope'"),
+        ("docker-compose build nope", "no service 'nope'"),
+        ("docker compose frobnicate", "unknown subcommand"),
+        ("apptainer build x.sif docker/missing.def", "docker/missing.def does not exist"),
+        ("curl https://example.com | sh", "unknown command 'curl'"),
+        ("git push", "only git clone"),
+    ],
+)
+def test_a_bad_shell_command_is_reported(body: str, problem: str, tmp_path: Path) -> None:
+    problems = rc.check_markdown(_md("bash", body), REPO, tmp_path)
+    assert problems and problem in problems[0], problems
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "make test lint",
+        "rlparity run --matrix $MATRIX --strict --out results/",
+        "RLPARITY_UID=1 docker compose run --rm test   # a comment",
+        "docker compose up --exit-code-from test test",
+        "git clone <this repository> rlparity && cd rlparity",
+        "export X=$(id -u)\nmkdir -p results\necho $?",
+        "apptainer build rlparity.sif docker/rlparity.def",
+    ],
+)
+def test_a_good_shell_command_passes(body: str, tmp_path: Path) -> None:
+    assert rc.check_markdown(_md("bash", body), REPO, tmp_path) == []
+
+
+def test_a_failing_python_block_is_reported_and_text_is_not_code(tmp_path: Path) -> None:
+    assert rc.check_markdown(_md("python", "import rl_kernel\nprint(rl_kernel.TIER)"), REPO, tmp_path) == []
+    problems = rc.check_markdown(_md("python", "raise SystemExit('broken snippet')"), REPO, tmp_path)
+    assert problems and "broken snippet" in problems[0]
+    assert rc.check_markdown(_md("text", "rlparity run [--matrix quick|nightly]"), REPO, tmp_path) == []
+
+
+def test_a_broken_readme_copy_is_caught(tmp_path: Path) -> None:
+    """The README's own snippets, each broken in a copy: the checker names the fault."""
+    broken_python = README.replace("rl_kernel.bitwise.diff(rollout", "rl_kernel.bitwise.dif(rollout", 1)
+    assert broken_python != README
+    problems = rc.check_markdown(broken_python, REPO, tmp_path)
+    assert any("AttributeError" in p and "dif" in p for p in problems), problems
+    broken_make = README.replace("make run    #", "make runn   #", 1)
+    assert broken_make != README
+    assert any("make runn: no such target" in p for p in rc.check_markdown(broken_make, REPO, tmp_path))
+
+
+# ---- claims held to their sources ------------------------------------------------------------------------
+
+
+def _section(text: str, heading: str) -> str:
+    m = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, re.M)
+    assert m, f"no section {heading!r}"
+    rest = text[m.end() :]
+    end = re.search(rf"^#{{1,{len(m.group(1))}}} ", rest, re.M)
+    return rest[: end.start()] if end else rest
+
+
+FLAT = " ".join(README.split())  # prose with line breaks removed
+
+
+def test_tiers_are_defined_for_every_tier_a_matrix_names() -> None:
+    tiers = set()
+    for toml in (REPO / "harness" / "matrices").glob("*.toml"):
+        for m in re.finditer(r"^tier\s*=\s*(.*)$", toml.read_text(), re.M):
+            tiers |= set(re.findall(r'"(\w+)"', m.group(1)))
+    assert tiers == {"exact", "fast"}, tiers
+    section = _section(README, "Tiers")
+    for tier in tiers:
+        assert re.search(rf"^- \*\*{tier}\*\*", section, re.M), f"README's Tiers does not define {tier}"
+    assert "same bits on every device" in section and "within one architecture" in section
+    assert "not built yet" in section and "skipped" in section
+    numerics = (REPO / "docs" / "numerics.md").read_text()
+    assert "**exact**" in numerics and "**fast**" in numerics and "within one architecture" in numerics
+    nightly = (REPO / "harness" / "matrices" / "nightly.toml").read_text()
+    before_tier = nightly[: nightly.index('tier = ["exact", "fast"]')].splitlines()[-3:]
+    assert any(line.startswith("# exact:") for line in before_tier) and any("# fast:" in ln for ln in before_tier)
+
+
+def test_the_fast_tier_is_still_skipped_as_the_readme_says() -> None:
+    from rlparity import applicability
+
+    assert "not implemented" in applicability.FAST_TIER_MISSING
+
+
+def test_the_headline_says_the_harness_starts_from_logits() -> None:
+    from rlparity.cell import workloads
+
+    flat = " ".join(README[: README.index("## Two commands")].split())
+    assert "makes them agree bit for bit, and proves it" not in flat  # the old, unqualified headline
+    assert "not covered yet" in flat and "What is proven today" in flat
+    if "starts from logits" in " ".join((workloads.__doc__ or "").split()):  # no model workload yet
+        assert "The harness today starts from logits" in flat and "model workload" in flat
+
+
+def test_comparison_counts_match_the_benchmark_record() -> None:
+    bench = (REPO / "docs" / "benchmarks.md").read_text()
+    m = re.search(r"(\d+) CPU == GPU \(.*?\), (\d+) GPU run-to-run, (\d+) batch invariance", bench, re.S)
+    assert m and "**432 / 432 comparisons bitwise equal" in bench
+    cpu_gpu, r2r, batch = map(int, m.groups())
+    assert cpu_gpu + r2r + batch == 432
+    assert "all 432" not in README
+    assert "432 of 432 comparisons" in FLAT
+    assert f"of which {cpu_gpu} are CPU vs GPU" in FLAT
+    assert f"GPU run-to-run ({r2r})" in FLAT and f"batch invariance on the GPU ({batch})" in FLAT
+
+
+def test_speed_claims_name_every_baseline_with_recorded_figures() -> None:
+    bench = (REPO / "docs" / "benchmarks.md").read_text()
+    assert "8.7 x faster" not in README  # the old claim, against one baseline without naming the others
+    baseline = r"device-to-device copy|torch `log_softmax\(x[^|]*gather[^|]*`"
+    rows = re.findall(rf"^\| (bf16|fp32) \| ({baseline}) [^|]*\| ([\d.]+) \|", bench, re.M)
+    assert len(rows) == 4, rows  # bf16/fp32 x copy/stock gather: the baselines timed side by side
+    table = README[README.index("| dtype | contender | median ms |") :]
+    for dtype, who, ms in rows:
+        assert re.search(rf"^\| {dtype} \| {re.escape(who[:20])}.*\| {re.escape(ms)} \|", table, re.M), (dtype, who, ms)
+    for figure in ("0.611", "8.72", "4.19"):
+        assert figure in bench and figure in table
+    for unmeasured in ("torch.compile", "Liger"):
+        assert unmeasured not in bench  # not in the record: named only as not measured
+    assert "`torch.compile` and Liger kernels were not measured" in FLAT
+
+
+def test_the_readme_warns_to_run_rl_kernel_on_both_sides() -> None:
+    text = _section(README, "Using the kernels")
+    m = re.search(r"^> \*\*Warning: run the same rl_kernel function on both sides\.\*\*(.*?)\n\n", text, re.M | re.S)
+    assert m, "the warning box is missing"
+    warning = " ".join(m.group(1).replace("> ", " ").split())
+    assert "one side only" in warning and "gives different bits" in warning
+    assert (REPO / "tests" / "kernels" / "test_one_side_only.py").is_file()
