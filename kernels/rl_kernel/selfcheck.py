@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     device = torch.cuda.get_device_name() if gpu else "cpu only (no CUDA/ROCm device here)"
     devices = f"cpu + {device}" if gpu else f"{device}: nothing is compared across devices"
-    console.print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}")
+    console.print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}", soft_wrap=True)
     table = Table("vocab", "dtype", "rows", "comparisons", "mismatches", "seconds", title="bitwise self-check")
     records = []
     for vocab in (int(v) for v in args.vocabs.split(",")):
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     totals = {kind: sum(r["by_kind"][kind] for r in records) for kind in KINDS}
     equal = {kind: totals[kind] - sum(kind_of(k) == kind for r in records for k in r["mismatches"]) for kind in KINDS}
     for line in summary_lines(gpu, totals, equal):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
