@@ -204,6 +204,7 @@ def test_speed_claims_name_every_baseline_with_recorded_figures() -> None:
     for unmeasured in ("torch.compile", "Liger"):
         assert unmeasured not in bench  # not in the record: named only as not measured
     assert "`torch.compile` and Liger kernels were not measured" in FLAT
+    assert "compile" not in (REPO / "bench" / "bench_token_logprobs.py").read_text()  # "eager PyTorch only"
 
 
 def test_the_readme_warns_to_run_rl_kernel_on_both_sides() -> None:
