@@ -14,10 +14,11 @@ from rlparity.commands import run as run_command
 from rlparity.config import ConfigError, EnvError
 from rlparity.inventory import Inventory
 from rlparity.matrix import load_axes, load_matrix
+from rlparity.ui import console
 from rlparity.targets import INVENTORY_VAR, host_targets, inventory_file, load_inventory, parse_targets, resolve_targets
 
 from harness.factories import comparison, make_cell, make_result, matrix_text, write
-from harness.scripted import OutcomeBackend
+from harness.scripted import OutcomeBackend, squash
 
 DATA = Path(__file__).parent / "data"
 AXES = load_axes()
@@ -99,12 +100,14 @@ def test_cli_unknown_target_is_bad_configuration(tmp_path, monkeypatch):
 
 def test_cli_list_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
     """Finding: there was no dry run to see which cells a matrix and filter select."""
+    monkeypatch.setattr(console, "width", 250)  # one row per line
     code, backend = _cli(tmp_path, monkeypatch, "--list", "--targets", "all", "--filter", "profile=baseline dtype=fp32")
-    out = " ".join(capsys.readouterr().out.split())
+    out = squash(capsys.readouterr().out)  # rich wraps the table's cells
     assert code == gate.OK and backend.calls == [] and not (tmp_path / "res").exists()
-    assert "local/cpu/baseline/single/fp32/quick/exact" in out and "runs here" in out
-    assert "local/gfx942/baseline/single/fp32/quick/exact" in out and "needs a ROCM device with arch gfx942" in out
-    assert "info" in out  # gfx1201 is informational in quick.toml
+    assert squash("local/cpu/baseline/single/fp32/quick/exact") in out and "runshere" in out
+    gfx942 = next(line for line in out.split("│local/") if line.startswith("gfx942/baseline/single/fp32"))
+    assert "needsaROCMdevicewitharchgfx942" in gfx942
+    assert "│info│" in out and "2of8cell(s)runhere" in out  # gfx1201 is informational in quick.toml
 
 
 # ---- exit 4: the environment, not the configuration -----------------------------------------------------
@@ -155,10 +158,10 @@ def test_a_matrix_may_declare_its_own_profiles_and_shapes(tmp_path):
 @pytest.mark.parametrize(
     ("tail", "line", "expect"),
     [
-        ("[profiles.baseline]\nplatforms = [\"cpu\"]\n", 14, "profile 'baseline' is already defined in axes.toml"),
-        ("[shapes.quick]\nshapes = [[1, 2, 3]]\n", 14, "shape 'quick' is already defined in axes.toml"),
-        ("[profiles.mine]\nplatforms = [\"rocm\"]\nenvv = {}\n", 16, "profiles.mine.envv: unknown key"),
-        ("[shapes.mine]\nshapes = [[1, 2]]\n", 15, "[batch, seq, vocab]"),
+        ("[profiles.baseline]\nplatforms = [\"cpu\"]\n", 16, "profile 'baseline' is already defined in axes.toml"),
+        ("[shapes.quick]\nshapes = [[1, 2, 3]]\n", 16, "shape 'quick' is already defined in axes.toml"),
+        ("[profiles.mine]\nplatforms = [\"rocm\"]\nenvv = {}\n", 18, "profiles.mine.envv: unknown key"),
+        ("[shapes.mine]\nshapes = [[1, 2]]\n", 17, "[batch, seq, vocab]"),
     ],
 )
 def test_a_matrix_files_own_axes_are_validated_with_file_and_line(tmp_path, tail, line, expect):
@@ -192,4 +195,5 @@ def test_every_subcommands_help_is_short(capsys):
 
 def test_example_inventories_are_what_the_probe_prints():
     for f in DATA.glob("*.json"):
-        assert Inventory.from_dict(json.loads(f.read_text())).to_dict() == json.loads(f.read_text()), f.name
+        data = json.loads(f.read_text())
+        assert json.loads(json.dumps(Inventory.from_dict(data).to_dict())) == data, f.name

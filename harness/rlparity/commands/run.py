@@ -150,8 +150,9 @@ def _progress() -> Progress:
 def print_plan(cells: list[Cell], inventory: Inventory, matrix: str, targets: tuple[str, ...] | None) -> None:
     """--list: every selected cell, required or informational, and whether it runs here (or why not)."""
     table = Table(title=f"rlparity {matrix}: {len(cells)} cell(s), targets {', '.join(targets or ('all',))}")
-    for col in ("cell", "req", "here"):
-        table.add_column(col)
+    table.add_column("cell", no_wrap=True)  # ids stay whole: copied into --filter
+    table.add_column("req")
+    table.add_column("here")
     runs = 0
     for c in cells:
         reason = skip_reason(c, inventory)
