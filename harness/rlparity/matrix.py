@@ -142,12 +142,11 @@ def with_own_axes(f: TomlFile, axes: Axes) -> Axes:
     for kind, own, builtin in (("profiles", own_profiles, axes.profiles), ("shapes", own_shapes, axes.shapes)):
         for name in own:
             if name in builtin:
-                raise f.error(f"{kind[:-1]} {name!r} is already defined in axes.toml: pick another name", f"{kind}.{name}")
+                message = f"{kind[:-1]} {name!r} is already defined in axes.toml: pick another name"
+                raise f.error(message, f"{kind}.{name}")
     if not own_profiles and not own_shapes:
         return axes
-    return dataclasses.replace(
-        axes, profiles={**axes.profiles, **own_profiles}, shapes={**axes.shapes, **own_shapes}
-    )
+    return dataclasses.replace(axes, profiles={**axes.profiles, **own_profiles}, shapes={**axes.shapes, **own_shapes})
 
 
 _MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}

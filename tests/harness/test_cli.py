@@ -152,7 +152,9 @@ def test_cli_strict_turns_a_skipped_required_cell_into_an_error(tmp_path):
     # --targets all: the gfx942 cell is selected on this CPU host (auto would not select it); --min-ran 0: a run
     # in which nothing ran may pass only when asked to
     every = ("--targets", "all")
-    lenient = rlparity("run", *every, "--min-ran", "0", "--filter", gpu_filter, "--out", str(tmp_path / "a"), cwd=tmp_path)
+    lenient = rlparity(
+        "run", *every, "--min-ran", "0", "--filter", gpu_filter, "--out", str(tmp_path / "a"), cwd=tmp_path
+    )
     assert lenient.returncode == 0, show(lenient)
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["cells"] == {cell_id: "skipped"} and summary["exit_code"] == 0

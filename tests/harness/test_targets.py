@@ -14,8 +14,8 @@ from rlparity.commands import run as run_command
 from rlparity.config import ConfigError, EnvError
 from rlparity.inventory import Inventory
 from rlparity.matrix import load_axes, load_matrix
-from rlparity.ui import console
 from rlparity.targets import INVENTORY_VAR, host_targets, inventory_file, load_inventory, parse_targets, resolve_targets
+from rlparity.ui import console
 
 from harness.factories import comparison, make_cell, make_result, matrix_text, write
 from harness.scripted import OutcomeBackend, squash
@@ -57,7 +57,9 @@ def test_inventory_flag_wins_over_the_env_variable(tmp_path):
 # ---- the gate: an empty run is not a pass ---------------------------------------------------------------
 def test_gate_fails_a_run_in_which_nothing_ran():
     """Finding: `--filter target=gfx942` on a host without it printed 6 skipped and 'gate: PASS (exit 0)'."""
-    skipped = [make_result(make_cell("gfx942", dtype=d), "skipped", reason="no gfx942 device") for d in ("fp32", "bf16")]
+    skipped = [
+        make_result(make_cell("gfx942", dtype=d), "skipped", reason="no gfx942 device") for d in ("fp32", "bf16")
+    ]
     v = gate.decide(skipped)
     assert v.code == gate.ENVIRONMENT == 4
     assert "only 0 cell(s) ran" in v.reasons[0]
@@ -158,9 +160,9 @@ def test_a_matrix_may_declare_its_own_profiles_and_shapes(tmp_path):
 @pytest.mark.parametrize(
     ("tail", "line", "expect"),
     [
-        ("[profiles.baseline]\nplatforms = [\"cpu\"]\n", 16, "profile 'baseline' is already defined in axes.toml"),
+        ('[profiles.baseline]\nplatforms = ["cpu"]\n', 16, "profile 'baseline' is already defined in axes.toml"),
         ("[shapes.quick]\nshapes = [[1, 2, 3]]\n", 16, "shape 'quick' is already defined in axes.toml"),
-        ("[profiles.mine]\nplatforms = [\"rocm\"]\nenvv = {}\n", 18, "profiles.mine.envv: unknown key"),
+        ('[profiles.mine]\nplatforms = ["rocm"]\nenvv = {}\n', 18, "profiles.mine.envv: unknown key"),
         ("[shapes.mine]\nshapes = [[1, 2]]\n", 17, "[batch, seq, vocab]"),
     ],
 )

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--inventory", default=None, help="a device inventory JSON instead of probing ($RLPARITY_INVENTORY)")
     r.add_argument("--list", action="store_true", help="print the selected cells and whether they run here; run none")
     r.add_argument("--jobs", type=int, default=1, help="cells run at once (one GPU set each)")
-    r.add_argument("--strict", action="store_true", help="a required cell of the selected targets that cannot run fails")
+    r.add_argument("--strict", action="store_true", help="a required cell of the targets that cannot run fails")
     r.add_argument("--min-ran", type=int, default=1, help="fewer cells ran than this fails the gate (exit 4)")
     r.add_argument("--out", default="results", help="results directory (default: results/)")
     r.add_argument("--resume", action="store_true", help="skip cells with a finished result in --out")
@@ -99,8 +99,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     extra_env = backend.control_env(args.control)
     where = f"targets {', '.join(targets)}" if targets else "every target"
     source = f", inventory {inv_path}" if inv_path else ""
-    console.print(f"[bold]rlparity[/] matrix [cyan]{matrix.name}[/] ({matrix.path}): {len(cells)} cells ({where}{source}), "
-                  f"backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
+    console.print(f"[bold]rlparity[/] matrix [cyan]{matrix.name}[/] ({matrix.path}): {len(cells)} cells "
+                  f"({where}{source}), backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
 
     with _progress() as progress:
         task = progress.add_task("cells", total=len(cells))
