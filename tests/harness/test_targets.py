@@ -192,7 +192,7 @@ def test_every_subcommands_help_is_short(capsys):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         lines = capsys.readouterr().out.splitlines()
-        assert len(lines) <= 40, f"rlparity {command} --help: {len(lines)} lines"
+        assert len(lines) <= 35, f"rlparity {command} --help: {len(lines)} lines"
 
 
 def test_example_inventories_are_what_the_probe_prints():
