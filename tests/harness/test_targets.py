@@ -199,3 +199,33 @@ def test_example_inventories_are_what_the_probe_prints():
     for f in DATA.glob("*.json"):
         data = json.loads(f.read_text())
         assert json.loads(json.dumps(Inventory.from_dict(data).to_dict())) == data, f.name
+
+
+class _Engine:
+    """Enough of docker.DockerClient for prepare(): ping, and images.get that knows `built` tags."""
+
+    def __init__(self, built: set[str]) -> None:
+        self.built, self.images = built, self
+
+    def ping(self) -> bool:
+        return True
+
+    def get(self, tag: str):
+        import docker
+
+        if tag not in self.built:
+            raise docker.errors.ImageNotFound(tag)
+        return tag
+
+
+def test_docker_probes_in_a_gpu_image_and_a_missing_image_is_an_environment_error():
+    """auto on a GPU host must not probe in the cpu image (no GPU torch there: every GPU cell would vanish)."""
+    from rlparity.images import load_images
+
+    images = load_images()
+    cells = [make_cell(image="cpu"), make_cell("gfx942", image="rocm64-torch26")]
+    backend = DockerBackend(client=_Engine({"rlparity:cpu", "rlparity:rocm64-torch26"}), images=images)
+    backend.prepare(cells, strict=False)
+    assert backend._probe_image == "rocm64-torch26"
+    with pytest.raises(EnvError, match="image\\(s\\) not built: rlparity:rocm64-torch26"):
+        DockerBackend(client=_Engine({"rlparity:cpu"}), images=images).prepare(cells, strict=False)

@@ -162,7 +162,10 @@ class DockerBackend(Backend):
                 f"image(s) not built: {', '.join(project_tag(n) for n in missing)} "
                 f"(build with `rlparity images build NAME` or `docker compose build`)"
             )
-        self._probe_image = names[0] if names else None
+        # Probe in a GPU image when there is one: the cpu image's torch sees no GPU, and --targets auto would
+        # then select only the cpu cells on a GPU host.
+        gpu = [n for n in names if n in self.images and self.images[n].flavour != "cpu"]
+        self._probe_image = (gpu or names or [None])[0]
 
     def control_env(self, control: str, gpu: bool = False) -> dict[str, str]:
         """A control's library would be built on the host, and its host path means nothing in the image."""
