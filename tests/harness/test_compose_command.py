@@ -15,15 +15,16 @@ from rlparity import cli
 from rlparity.commands import run as run_command
 
 from harness.factories import ROOT
-from harness.scripted import OutcomeBackend
+from harness.scripted import OutcomeBackend, write_matrix
 
 DATA = Path(__file__).parent / "data"
 
 
-def compose_test_argv(out: Path) -> list[str]:
-    """The `test` service's command with every ${VAR:-default} at its default and --out in tmp."""
+def compose_test_argv(out: Path, **env: str) -> list[str]:
+    """The `test` service's command with every ${VAR:-default} at `env`'s value or its default, --out in tmp."""
     command = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["test"]["command"]
-    argv = [re.sub(r"\$\{[A-Z_]+:?-([^}]*)\}", r"\1", a) for a in command]
+    var = re.compile(r"\$\{([A-Z_]+):?-([^}]*)\}")
+    argv = [var.sub(lambda m: env.get(m.group(1), m.group(2)), a) for a in command]
     argv[argv.index("--out") + 1] = str(out)
     return argv
 
@@ -66,6 +67,16 @@ def test_compose_test_command_fails_when_the_hosts_gpu_cells_cannot_run(tmp_path
     monkeypatch.setattr(run_command, "_backend", lambda name: OutcomeBackend())
     monkeypatch.setenv("RLPARITY_INVENTORY", str(tmp_path / "no-gpu-build.json"))
     assert cli.main(compose_test_argv(tmp_path / "results")) == 2
+
+
+def test_compose_test_command_fails_when_nothing_can_run_here(tmp_path, monkeypatch, capsys):
+    """Finding: a run in which nothing ran passed. A matrix of gfx942 cells on a CPU-only host: exit 4."""
+    matrix = write_matrix(tmp_path / "gfx942.toml", target=["gfx942"], profile=["baseline", "sdma-off"])
+    backend = OutcomeBackend()
+    monkeypatch.setattr(run_command, "_backend", lambda name: backend)
+    monkeypatch.setenv("RLPARITY_INVENTORY", str(DATA / "cpu-only.json"))
+    assert cli.main(compose_test_argv(tmp_path / "results", MATRIX=str(matrix))) == 4
+    assert backend.calls == [] and "this host's targets (cpu)" in " ".join(capsys.readouterr().out.split())
 
 
 def test_compose_report_service_builds_its_image():

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +126,17 @@ def test_no_docker_engine_is_an_environment_error():
     with pytest.raises(EnvError, match="no Docker engine reachable"):
         DockerBackend(client=_NoEngine())
     assert not issubclass(EnvError, ConfigError)
+
+
+def test_cli_without_a_docker_engine_exits_4(tmp_path):
+    """The real path: DOCKER_HOST at a socket that does not exist."""
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-such.sock"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlparity.cli", "run", "--backend", "docker", "--out", str(tmp_path / "res")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "environment error" in proc.stdout and "no Docker engine reachable" in " ".join(proc.stdout.split())
 
 
 def test_cli_maps_an_environment_error_to_4(monkeypatch, capsys):
