@@ -80,14 +80,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         cells = [dataclasses.replace(c, timeout_s=args.timeout) for c in cells]
     inv_path = inventory_file(args.inventory)
     synthetic = load_inventory(inv_path) if inv_path else None
-    if not (args.list and synthetic):  # docker: images built (and pinned, with --strict) before any cell
+    if not (args.list and synthetic is not None):  # docker: images built (and pinned, with --strict) first
         backend.prepare(cells, args.strict)
-    inventory = synthetic or backend.probe()
+    inventory = synthetic if synthetic is not None else backend.probe()
     targets = resolve_targets(targets_spec, axes, inventory)
     host_cells = for_targets(cells, targets)
     if not host_cells:
+        whose = "this host's targets" if targets_spec == "auto" else "--targets"
         raise EnvError(
-            f"none of the {len(cells)} cell(s) selected is for this host's targets ({', '.join(targets or ())}); "
+            f"none of the {len(cells)} cell(s) selected is for {whose} ({', '.join(targets or ())}); "
             "`--targets all` runs them anyway (each is skipped with its reason), `--list --targets all` shows them"
         )
     cells = host_cells
