@@ -8,7 +8,8 @@ What each check proves:
   make kernels-check  an assembly scan of the built kernels: no contracted FMA where the contract forbids it
 
 Exit codes (README): 0 every required cell passed; 1 a bitwise mismatch; 2 a cell errored (or, with
---strict, a required cell could not run); 3 bad configuration.
+--strict, a required cell of this host's targets could not run); 3 bad configuration; 4 an environment
+problem (no Docker engine, an image or device missing, fewer cells ran than --min-ran).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from types import ModuleType
 
 from rlparity import commands, gate
-from rlparity.config import ConfigError
+from rlparity.config import ConfigError, EnvError
 from rlparity.ui import console
 
 ORDER = ("run", "compare", "env", "selftest", "golden", "images", "report")  # the help lists them so
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         console.print(f"[red]configuration error:[/] {exc}")
         return gate.CONFIG
+    except EnvError as exc:
+        console.print(f"[red]environment error:[/] {exc}")
+        return gate.ENVIRONMENT
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]: finished cells are saved; rerun with --resume")
         return gate.ERROR

@@ -33,6 +33,11 @@ class ConfigError(Exception):
         super().__init__(f"{prefix}: {message}" if prefix else message)
 
 
+class EnvError(Exception):
+    """This host cannot do what the run needs (gate exit code 4): no Docker engine, an image or a device
+    missing, too few cells ran. The configuration may be fine; the machine is not."""
+
+
 _HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
 
 

@@ -2,8 +2,9 @@
 
 0 every required cell passed; 1 a bitwise mismatch (in a required cell, or two required cells that must
 agree gave different digests); 2 a required cell errored (crash, timeout, OOM, lost container), or with
---strict could not run; 3 bad configuration (raised before any cell runs). Informational cells never
-change the exit code.
+--strict could not run; 3 bad configuration (raised before any cell runs); 4 an environment problem: no
+Docker engine, an image or device missing, or fewer cells ran than --min-ran asks (a run in which nothing
+ran is not a pass). Informational cells never change the exit code.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from rlparity.results import CellResult
 
-OK, MISMATCH, ERROR, CONFIG = 0, 1, 2, 3
+OK, MISMATCH, ERROR, CONFIG, ENVIRONMENT = 0, 1, 2, 3, 4
+RAN = ("passed", "failed")  # a cell that ran to a verdict
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,23 @@ def digest_disagreements(all_results: list[CellResult]) -> list[str]:
     return out
 
 
-def decide(all_results: list[CellResult], strict: bool = False) -> Verdict:
+def too_few_ran(all_results: list[CellResult], min_ran: int) -> list[str]:
+    """Why the run proves too little: fewer than `min_ran` cells ran, with the skipped ones grouped by reason."""
+    ran = sum(r.status in RAN for r in all_results)
+    if ran >= min_ran:
+        return []
+    skipped: dict[str, list[str]] = defaultdict(list)
+    for r in all_results:
+        if r.status == "skipped":
+            skipped[r.reason].append(r.cell.id)
+    out = [f"only {ran} cell(s) ran, --min-ran asks for {min_ran}: this host ran too little to gate on"]
+    for reason, ids in sorted(skipped.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+        out.append(f"skipped {len(ids)} cell(s) ({shown}): {reason}")
+    return out
+
+
+def decide(all_results: list[CellResult], strict: bool = False, min_ran: int = 1) -> Verdict:
     required = [r for r in all_results if r.cell.required]
     mismatched = [f"{r.cell.id}: {r.reason}" for r in required if r.status == "failed"]
     mismatched += digest_disagreements(all_results)
@@ -54,4 +72,7 @@ def decide(all_results: list[CellResult], strict: bool = False) -> Verdict:
         return Verdict(MISMATCH, tuple(mismatched + errored))
     if errored:
         return Verdict(ERROR, tuple(errored))
+    too_few = too_few_ran(all_results, min_ran)
+    if too_few:
+        return Verdict(ENVIRONMENT, tuple(too_few))
     return Verdict(OK, ())

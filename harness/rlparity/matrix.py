@@ -93,21 +93,38 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
         if platform not in PLATFORMS:
             raise f.error(f"unknown platform {platform!r} (known: {', '.join(PLATFORMS)})", table, "platform")
         targets[name] = Target(name, platform, t.get("arch", ""), t.get("wave", 0), t.get("description", ""))
+    profiles = load_profiles(f, targets)
+    shapes = load_shapes(f)
+    return Axes(targets, profiles, shapes, load_images(images_path))
+
+
+def load_profiles(f: TomlFile, targets: dict[str, Target]) -> dict[str, Profile]:
+    """The [profiles.NAME] tables of a file (axes.toml, or a matrix file's own)."""
     profiles = {}
     for name, p in f.data.get("profiles", {}).items():
         table = f"profiles.{name}"
+        if not isinstance(p, dict):
+            raise f.error("must be a table", f"profiles.{name}")
         f.check_keys(p, {"platforms", "env", "targets", "env_by_target", "description"}, table)
         platforms = tuple(f.require(p, "platforms", list, table))
         for bad in set(platforms) - set(PLATFORMS):
             raise f.error(f"unknown platform {bad!r}", table, "platforms")
         for bad in set(p.get("targets", ())) - set(targets):
             raise f.error(f"unknown target {bad!r}", table, "targets")
-        env = {k: str(v) for k, v in p.get("env", {}).items()}
-        by_target = {t: {k: str(v) for k, v in e.items()} for t, e in p.get("env_by_target", {}).items()}
+        env = {k: str(v) for k, v in f.typed(p, "env", dict, table).items()} if "env" in p else {}
+        raw_by_target = f.typed(p, "env_by_target", dict, table) if "env_by_target" in p else {}
+        by_target = {t: {k: str(v) for k, v in e.items()} for t, e in raw_by_target.items()}
         profiles[name] = Profile(name, platforms, env, tuple(p.get("targets", ())), by_target, p.get("description", ""))
+    return profiles
+
+
+def load_shapes(f: TomlFile) -> dict[str, tuple[tuple[int, int, int], ...]]:
+    """The [shapes.NAME] tables of a file (axes.toml, or a matrix file's own)."""
     shapes = {}
     for name, s in f.data.get("shapes", {}).items():
         table = f"shapes.{name}"
+        if not isinstance(s, dict):
+            raise f.error("must be a table", f"shapes.{name}")
         f.check_keys(s, {"shapes", "description"}, table)
         lst = f.require(s, "shapes", list, table)
         if not lst or not all(
@@ -115,7 +132,21 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
         ):
             raise f.error("must be a non-empty list of [batch, seq, vocab] positive integers", table, "shapes")
         shapes[name] = tuple(tuple(x) for x in lst)
-    return Axes(targets, profiles, shapes, load_images(images_path))
+    return shapes
+
+
+def with_own_axes(f: TomlFile, axes: Axes) -> Axes:
+    """axes.toml's profiles and shape sets plus the matrix file's own ([profiles.NAME], [shapes.NAME]), for
+    that matrix only. A name axes.toml already defines is an error: one name, one meaning in every report."""
+    own_profiles, own_shapes = load_profiles(f, axes.targets), load_shapes(f)
+    for kind, own, builtin in (("profiles", own_profiles, axes.profiles), ("shapes", own_shapes, axes.shapes)):
+        for name in own:
+            if name in builtin:
+                message = f"{kind[:-1]} {name!r} is already defined in axes.toml: pick another name"
+                raise f.error(message, f"{kind}.{name}")
+    if not own_profiles and not own_shapes:
+        return axes
+    return dataclasses.replace(axes, profiles={**axes.profiles, **own_profiles}, shapes={**axes.shapes, **own_shapes})
 
 
 _MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}
@@ -126,7 +157,8 @@ def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "loc
     path = resolve_matrix_path(name_or_path)
     axes = axes or load_axes()
     f = TomlFile.load(path)
-    f.check_keys(f.data, {"matrix", "axes", "include", "exclude", "informational"}, "")
+    f.check_keys(f.data, {"matrix", "axes", "include", "exclude", "informational", "profiles", "shapes"}, "")
+    axes = with_own_axes(f, axes)
     meta = f.data.get("matrix", {})
     f.check_keys(meta, _MATRIX_KEYS, "matrix")
     timeout = float(f.typed(meta, "timeout_s", (int, float), "matrix")) if "timeout_s" in meta else 300.0

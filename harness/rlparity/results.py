@@ -52,6 +52,16 @@ class CellResult:
         return sum(max(c["count"], 1) for c in self.gated if not c["equal"])
 
     @property
+    def element_mismatches(self) -> int:
+        """Differing elements over the gated tensor comparisons (the table's own column)."""
+        return sum(c["count"] for c in self.gated if not c["equal"] and not _is_digest(c))
+
+    @property
+    def digest_mismatches(self) -> int:
+        """Gated comparisons against a committed digest that differ (no element count: no tensor to diff)."""
+        return sum(1 for c in self.gated if not c["equal"] and _is_digest(c))
+
+    @property
     def max_abs(self) -> float:
         vals = [c["max_abs"] for c in self.gated if not c["equal"]]
         return max(vals, default=0.0)
@@ -92,6 +102,11 @@ class CellResult:
         for c in kw.get("comparisons", []):
             c["max_abs"] = float(c["max_abs"]) if c["max_abs"] is not None else math.inf
         return cls(**kw)
+
+
+def _is_digest(comparison: dict[str, Any]) -> bool:
+    """A digest comparison has no tensor pair, so its counts are -1 (cell/suite/plugin.compare_digest)."""
+    return comparison.get("count", 0) < 0
 
 
 def _json_float(x: float) -> float | str:

@@ -149,11 +149,16 @@ def test_cli_unknown_control_is_bad_configuration(tmp_path):
 def test_cli_strict_turns_a_skipped_required_cell_into_an_error(tmp_path):
     gpu_filter = "target=gfx942 profile=baseline dtype=fp32"
     cell_id = "local/gfx942/baseline/single/fp32/quick/exact"
-    lenient = rlparity("run", "--filter", gpu_filter, "--out", str(tmp_path / "a"), cwd=tmp_path)
+    # --targets all: the gfx942 cell is selected on this CPU host (auto would not select it); --min-ran 0: a run
+    # in which nothing ran may pass only when asked to
+    every = ("--targets", "all")
+    lenient = rlparity(
+        "run", *every, "--min-ran", "0", "--filter", gpu_filter, "--out", str(tmp_path / "a"), cwd=tmp_path
+    )
     assert lenient.returncode == 0, show(lenient)
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert summary["cells"] == {cell_id: "skipped"} and summary["exit_code"] == 0
-    strict = rlparity("run", "--filter", gpu_filter, "--strict", "--out", str(tmp_path / "b"), cwd=tmp_path)
+    strict = rlparity("run", *every, "--filter", gpu_filter, "--strict", "--out", str(tmp_path / "b"), cwd=tmp_path)
     assert strict.returncode == 2, show(strict)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["exit_code"] == 2 and summary["strict"] is True

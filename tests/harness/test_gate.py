@@ -54,7 +54,8 @@ def test_gate_skipped_strict_and_not():
     v = gate.decide(cells, strict=True)
     assert v.code == 2 and "--strict" in v.reasons[0] and "no GPU" in v.reasons[0]
     optional = [make_result(make_cell("gfx942", required=False), "skipped")]
-    assert gate.decide(optional, strict=True).code == 0
+    assert gate.decide(optional, strict=True, min_ran=0).code == 0
+    assert gate.decide(optional, strict=True).code == gate.ENVIRONMENT  # nothing ran: not a pass
 
 
 def test_digest_disagreement_in_the_exact_tier():

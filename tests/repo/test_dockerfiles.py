@@ -127,8 +127,11 @@ def test_compose_test_service_is_set_up_for_rocm():
     assert test["security_opt"] == ["seccomp:unconfined"] and test["ipc"] == "host" and test["shm_size"]
     cmd = " ".join(test["command"])
     assert "--strict" in cmd and "${MATRIX:-quick}" in cmd and "/work/results" in " ".join(test["volumes"])
+    # host-aware: cpu + this host's GPUs (tests/harness/test_compose_command.py runs it on synthetic hosts)
+    assert "--targets ${TARGETS:-auto}" in cmd and "--filter" not in cmd
     assert {"test", "test-cpu", "report"} <= set(s)
     assert s["report"]["command"][0] == "report"
+    assert s["report"]["build"] == s["test-cpu"]["build"]  # `compose run report` can build rlparity:cpu
 
 
 def test_docker_compose_v1_reads_compose_yaml():

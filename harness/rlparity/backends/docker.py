@@ -21,7 +21,7 @@ from pathlib import Path
 from rlparity import results
 from rlparity.backends.base import VISIBILITY, Backend, cell_command, cell_env, judge, prepare_cell_dir
 from rlparity.cells import Cell
-from rlparity.config import ConfigError
+from rlparity.config import ConfigError, EnvError
 from rlparity.images import Image, load_images, project_tag, require_pinned
 from rlparity.inventory import Inventory
 
@@ -141,10 +141,10 @@ class DockerBackend(Backend):
         try:
             self._docker, self.client = CellContainer.connect(client)
         except ImportError as exc:  # pragma: no cover - docker is a dependency
-            raise ConfigError(f"the docker backend needs the docker SDK: {exc}") from exc
+            raise EnvError(f"the docker backend needs the docker SDK: {exc}") from exc
         except Exception as exc:
             host = os.environ.get("DOCKER_HOST", "")
-            raise ConfigError(f"no Docker engine reachable (DOCKER_HOST={host!r}): {exc}") from exc
+            raise EnvError(f"no Docker engine reachable (DOCKER_HOST={host!r}): {exc}") from exc
         self.images = images if images is not None else load_images()
         self.render_gid = render_gid or os.environ.get("RENDER_GID", "")
         self._running: set[CellContainer] = set()
@@ -158,11 +158,14 @@ class DockerBackend(Backend):
             require_pinned([self.images[n] for n in names if n in self.images])
         missing = [n for n in names if not self._built(n)]
         if missing:
-            raise ConfigError(
+            raise EnvError(
                 f"image(s) not built: {', '.join(project_tag(n) for n in missing)} "
                 f"(build with `rlparity images build NAME` or `docker compose build`)"
             )
-        self._probe_image = names[0] if names else None
+        # Probe in a GPU image when there is one: the cpu image's torch sees no GPU, and --targets auto would
+        # then select only the cpu cells on a GPU host.
+        gpu = [n for n in names if n in self.images and self.images[n].flavour != "cpu"]
+        self._probe_image = (gpu or names or [None])[0]
 
     def control_env(self, control: str, gpu: bool = False) -> dict[str, str]:
         """A control's library would be built on the host, and its host path means nothing in the image."""

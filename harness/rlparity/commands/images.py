@@ -7,7 +7,7 @@ import argparse
 from rich.table import Table
 
 from rlparity import images
-from rlparity.config import ConfigError
+from rlparity.config import ConfigError, EnvError
 from rlparity.ui import console
 
 
@@ -27,7 +27,7 @@ def cmd_images(args: argparse.Namespace) -> int:
     try:
         client = docker.from_env()
     except Exception as exc:
-        raise ConfigError(f"no Docker engine reachable: {exc}") from exc
+        raise EnvError(f"no Docker engine reachable: {exc}") from exc
     if args.action == "lock":
         outcomes = images.lock(client, names=args.names or None)
         for o in outcomes:

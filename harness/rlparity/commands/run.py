@@ -12,12 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlparity import collect, gate, results
+from rlparity.applicability import skip_reason
 from rlparity.backends.base import Backend
-from rlparity.config import ConfigError
-from rlparity.matrix import load_matrix
+from rlparity.cells import Cell
+from rlparity.config import ConfigError, EnvError
+from rlparity.inventory import Inventory
+from rlparity.matrix import load_axes, load_matrix
 from rlparity.runner import run_cells
 from rlparity.select import select
 from rlparity.selftest import CONTROLS
+from rlparity.targets import for_targets, inventory_file, load_inventory, parse_targets, resolve_targets
 from rlparity.ui import STYLE, console
 
 
@@ -26,8 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--matrix", default="quick", help="a name under harness/matrices or a path to a TOML file")
     r.add_argument("--backend", default="local", choices=("local", "docker"))
     r.add_argument("--filter", default=None, help="e.g. 'target=cpu dtype=bf16|fp16 placement!=split' or a glob")
+    r.add_argument("--targets", default="auto", help="auto (cpu + this host's GPUs), all, or e.g. 'cpu,gfx942'")
+    r.add_argument("--inventory", default=None, help="a device inventory JSON instead of probing ($RLPARITY_INVENTORY)")
+    r.add_argument("--list", action="store_true", help="print the selected cells and whether they run here; run none")
     r.add_argument("--jobs", type=int, default=1, help="cells run at once (one GPU set each)")
-    r.add_argument("--strict", action="store_true", help="a required cell that cannot run here fails the gate")
+    r.add_argument("--strict", action="store_true", help="a required cell of the targets that cannot run fails")
+    r.add_argument("--min-ran", type=int, default=1, help="fewer cells ran than this fails the gate (exit 4)")
     r.add_argument("--out", default="results", help="results directory (default: results/)")
     r.add_argument("--resume", action="store_true", help="skip cells with a finished result in --out")
     r.add_argument("--timeout", type=float, default=None, help="per-cell timeout in seconds (overrides the matrix)")
@@ -48,7 +56,7 @@ def _backend(name: str) -> Backend:
         try:
             from rlparity.backends.docker import DockerBackend
         except ImportError as exc:
-            raise ConfigError(f"the docker backend is not available: {exc}") from exc
+            raise EnvError(f"the docker backend is not available (the docker SDK): {exc}") from exc
         return DockerBackend()
     raise ConfigError(f"unknown backend {name!r} (local, docker)")
 
@@ -56,7 +64,9 @@ def _backend(name: str) -> Backend:
 # ---- run ----------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     backend = _backend(args.backend)
-    matrix = load_matrix(args.matrix, backend=backend.name)
+    axes = load_axes()
+    targets_spec = parse_targets(args.targets, axes)
+    matrix = load_matrix(args.matrix, axes=axes, backend=backend.name)
     cells = select(matrix.cells, args.filter)
     if not cells:
         raise ConfigError(f"--filter {args.filter!r} selects no cell of matrix {matrix.name}")
@@ -64,15 +74,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--timeout must be > 0 seconds, not {args.timeout:g}")
     if args.control not in CONTROLS:
         raise ConfigError(f"unknown --control {args.control!r} (known: {', '.join(CONTROLS)})")
+    if args.min_ran < 0:
+        raise ConfigError(f"--min-ran must be >= 0, not {args.min_ran}")
     if args.timeout:
         cells = [dataclasses.replace(c, timeout_s=args.timeout) for c in cells]
+    inv_path = inventory_file(args.inventory)
+    synthetic = load_inventory(inv_path) if inv_path else None
+    if not (args.list and synthetic is not None):  # docker: images built (and pinned, with --strict) first
+        backend.prepare(cells, args.strict)
+    inventory = synthetic if synthetic is not None else backend.probe()
+    targets = resolve_targets(targets_spec, axes, inventory)
+    host_cells = for_targets(cells, targets)
+    if not host_cells:
+        whose = "this host's targets" if targets_spec == "auto" else "--targets"
+        raise EnvError(
+            f"none of the {len(cells)} cell(s) selected is for {whose} ({', '.join(targets or ())}); "
+            "`--targets all` runs them anyway (each is skipped with its reason), `--list --targets all` shows them"
+        )
+    cells = host_cells
+    if args.list:
+        print_plan(cells, inventory, matrix.name, targets)
+        return gate.OK
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     extra_env = backend.control_env(args.control)
-    console.print(f"[bold]rlparity[/] matrix [cyan]{matrix.name}[/] ({matrix.path}): {len(cells)} cells, "
-                  f"backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
-    backend.prepare(cells, args.strict)  # docker: images built (and pinned, with --strict) before any cell
-    inventory = backend.probe()
+    where = f"targets {', '.join(targets)}" if targets else "every target"
+    source = f", inventory {inv_path}" if inv_path else ""
+    console.print(f"[bold]rlparity[/] matrix [cyan]{matrix.name}[/] ({matrix.path}): {len(cells)} cells "
+                  f"({where}{source}), backend {backend.name}, {args.jobs} job(s), results in {out}")  # fmt: skip
 
     with _progress() as progress:
         task = progress.add_task("cells", total=len(cells))
@@ -98,12 +127,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             on_result=on_result,
         )
     junit = collect.merge(all_results, out)
-    verdict = gate.decide(all_results, strict=args.strict)
-    _write_summary(out, matrix.name, backend.name, args, all_results, verdict)
+    verdict = gate.decide(all_results, strict=args.strict, min_ran=args.min_ran)
+    _write_summary(out, matrix.name, backend.name, args, all_results, verdict, targets)
     print_table(all_results, verbose=args.verbose)
     for reason in verdict.reasons:
         console.print(f"  [red]-[/] {reason}")
-    label = {0: "[green]PASS[/]", 1: "[red]MISMATCH[/]", 2: "[magenta]ERROR[/]"}[verdict.code]
+    label = {0: "[green]PASS[/]", 1: "[red]MISMATCH[/]", 2: "[magenta]ERROR[/]", 4: "[red]TOO FEW RAN[/]"}[verdict.code]
     console.print(f"gate: {label} (exit {verdict.code}); junit: {junit}")
     return verdict.code
 
@@ -119,10 +148,29 @@ def _progress() -> Progress:
     )
 
 
-def _write_summary(out: Path, matrix: str, backend: str, args, all_results, verdict: gate.Verdict) -> None:
+def print_plan(cells: list[Cell], inventory: Inventory, matrix: str, targets: tuple[str, ...] | None) -> None:
+    """--list: every selected cell, required or informational, and whether it runs here (or why not)."""
+    table = Table(title=f"rlparity {matrix}: {len(cells)} cell(s), targets {', '.join(targets or ('all',))}")
+    table.add_column("cell", no_wrap=True)  # ids stay whole: copied into --filter
+    table.add_column("req")
+    table.add_column("here")
+    runs = 0
+    for c in cells:
+        reason = skip_reason(c, inventory)
+        runs += reason is None
+        table.add_row(c.id, "yes" if c.required else "info", "[green]runs here[/]" if reason is None else reason)
+    console.print(table)
+    console.print(f"  {runs} of {len(cells)} cell(s) run here; nothing was run (--list)")
+
+
+def _write_summary(
+    out: Path, matrix: str, backend: str, args, all_results, verdict: gate.Verdict, targets: tuple[str, ...] | None
+) -> None:
     summary = {
         "matrix": matrix,
         "backend": backend,
+        "targets": list(targets) if targets is not None else "all",
+        "min_ran": args.min_ran,
         "strict": args.strict,
         "filter": args.filter,
         "variant": args.control,  # the field keeps its name: reports and baselines read it
@@ -136,21 +184,22 @@ def _write_summary(out: Path, matrix: str, backend: str, args, all_results, verd
 
 def print_table(all_results: list[results.CellResult], verbose: bool = False) -> None:
     table = Table(title="rlparity cells", show_lines=False)
-    for col in ("cell (target/profile/placement/dtype/shapes/tier)", "image", "req", "status", "mismatches",
-                "max ulp", "stock drift", "time s"):  # fmt: skip
-        table.add_column(col, justify="right" if col in ("mismatches", "max ulp", "time s") else "left")
+    numeric = ("elem mismatches", "digest mismatches", "max ulp", "time s")
+    for col in ("cell (target/profile/placement/dtype/shapes/tier)", "image", "req", "status", *numeric[:3],
+                "stock drift", "time s"):  # fmt: skip
+        table.add_column(col, justify="right" if col in numeric else "left")
     skipped: Counter[str] = Counter()
     for r in all_results:
         if r.status == "skipped" and not verbose:
             skipped[r.reason] += 1
             continue
-        c = r.cell
+        c, ran = r.cell, r.status in gate.RAN
         differ, total = r.stock_differ
         table.add_row(
             c.id.split("/", 1)[1], c.image,
             "yes" if c.required else "info",
             f"[{STYLE[r.status]}]{r.status}[/]",
-            str(r.mismatches) if r.status in ("passed", "failed") else "-",
+            *((str(r.element_mismatches), str(r.digest_mismatches)) if ran else ("-", "-")),
             str(r.max_ulp) if r.status == "failed" else "-",
             f"{differ}/{total}" if total else "-",
             f"{r.timings.get('wall_s', 0):.1f}",

@@ -17,7 +17,7 @@ from rlparity.report.rules import canon
 from rlparity.results import STATUSES
 
 NO_BASELINE = "no baseline given"
-VERDICT = {gate.OK: "PASS", gate.MISMATCH: "MISMATCH", gate.ERROR: "ERROR"}
+VERDICT = {gate.OK: "PASS", gate.MISMATCH: "MISMATCH", gate.ERROR: "ERROR", gate.ENVIRONMENT: "TOO FEW RAN"}
 COMPARISONS = ("New failures", "Fixed", "Digest drift", "Environment changes", "Performance deltas")
 CELL = frozenset({"cell"})
 
