@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlparity.cells import AXES, Cell
+from rlparity.cells import AXES, DEFAULT_WORKLOAD, WORKLOADS, Cell
 from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as_list
 from rlparity.images import Image, load_images
 
@@ -57,6 +57,7 @@ class Axes:
     profiles: dict[str, Profile]
     shapes: dict[str, tuple[tuple[int, int, int], ...]]
     images: dict[str, Image]
+    workloads: dict[str, str] = field(default_factory=dict)  # shape set -> episode builder (default plain)
 
 
 @dataclass(frozen=True)
@@ -105,17 +106,20 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
         env = {k: str(v) for k, v in p.get("env", {}).items()}
         by_target = {t: {k: str(v) for k, v in e.items()} for t, e in p.get("env_by_target", {}).items()}
         profiles[name] = Profile(name, platforms, env, tuple(p.get("targets", ())), by_target, p.get("description", ""))
-    shapes = {}
+    shapes, workloads = {}, {}
     for name, s in f.data.get("shapes", {}).items():
         table = f"shapes.{name}"
-        f.check_keys(s, {"shapes", "description"}, table)
+        f.check_keys(s, {"shapes", "description", "workload"}, table)
+        workloads[name] = s.get("workload", DEFAULT_WORKLOAD)
+        if workloads[name] not in WORKLOADS:
+            raise f.error(f"unknown workload {workloads[name]!r} (known: {', '.join(WORKLOADS)})", table, "workload")
         lst = f.require(s, "shapes", list, table)
         if not lst or not all(
             isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v > 0 for v in x) for x in lst
         ):
             raise f.error("must be a non-empty list of [batch, seq, vocab] positive integers", table, "shapes")
         shapes[name] = tuple(tuple(x) for x in lst)
-    return Axes(targets, profiles, shapes, load_images(images_path))
+    return Axes(targets, profiles, shapes, load_images(images_path), workloads)
 
 
 _MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}
@@ -234,6 +238,7 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
         arch=target.arch,
         env=profile.env_for(target.name),
         shape_list=axes.shapes[p["shapes"]],
+        workload=axes.workloads.get(p["shapes"], DEFAULT_WORKLOAD),
         timeout_s=timeout,
         repeats=repeats,
         seed=seed,
