@@ -17,7 +17,8 @@ name); the bitwise suite must fail every one of them. Each control is a way real
 Each of the following breaks exactly one property, so that each gated comparison has a control only it
 catches (rlparity.selftest.EXPECTED names the comparison that must catch each control):
 
-- batch-variant:     the reduction order depends on the batch's row count (one row alone: reversed).
+- batch-variant:     the reduction order depends on the batch's row count: a batch of fewer than
+                     SMALL_BATCH rows reduces in reverse (as a kernel that splits rows for small batches).
 - rollout-variant:   the reduction order depends on autograd: logits that do not require grad (a decode
                      step) reduce in reverse, the teacher-forced pass does not.
 - profile-variant:   reads the env of the profile (OMP_NUM_THREADS, CUBLAS_WORKSPACE_CONFIG,
@@ -61,6 +62,7 @@ CONTROLS = (
     "range-unchecked",
 )
 WAVE = 64
+SMALL_BATCH = 16  # batch-variant: fewer rows than this take the other reduction order
 PROFILE_VARS = ("OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "HSA_ENABLE_SDMA")  # set by a non-baseline profile
 PLACEMENT_VAR = "RLPARITY_PLACEMENT"  # the cell's placement, exported by cellrun for placement-variant
 TokenFn = Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]  # (logits, tokens, validate) -> fp32
@@ -106,7 +108,7 @@ def stats_fn(control: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
     if control == "reversed-order":
         return lambda x: rl_kernel.row_stats(x.flip(-1))
     if control == "batch-variant":
-        return lambda x: rl_kernel.row_stats(x.flip(-1) if x.shape[0] == 1 else x)
+        return lambda x: rl_kernel.row_stats(x.flip(-1) if x.shape[0] < SMALL_BATCH else x)
     if control == "ulp-flip":
         return lambda x: _flip_first(rl_kernel.row_stats(x))
     return rl_kernel.row_stats
@@ -156,8 +158,8 @@ def _reversed(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
 
 
 def _batch_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
-    """A reduction order chosen by the batch's row count: a row alone is reduced in reverse."""
-    return _reversed(x, tok) if x.shape[0] == 1 else _exact(x, tok)
+    """A reduction order chosen by the batch's row count: a small batch is reduced in reverse."""
+    return _reversed(x, tok) if x.shape[0] < SMALL_BATCH else _exact(x, tok)
 
 
 def _rollout_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:

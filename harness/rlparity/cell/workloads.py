@@ -19,6 +19,7 @@ import torch
 from rl_kernel import inputs
 
 IGNORE = -100
+HEAD_ROWS = 8  # batch_views' small batch
 LogprobFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits [N, V], tokens [N]) -> fp32 [N]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -165,7 +166,9 @@ def training_logprobs(
 
 
 def batch_views(ep: Episode) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """The same rows presented four ways: (logits, tokens, index of each presented row in the flat batch)."""
+    """The same rows presented five ways: (logits, tokens, index of each presented row in the flat batch).
+    `head` (the first 8 rows as their own batch) checks more than one row at a small row count, where a
+    kernel that picks its reduction by the batch size (split rows for small batches) shows."""
     batch, seq, vocab = ep.shape
     x = ep.logits.reshape(batch * seq, vocab)
     tok = ep.tokens.reshape(-1)
@@ -174,8 +177,10 @@ def batch_views(ep: Episode) -> dict[str, tuple[torch.Tensor, torch.Tensor, torc
     reversed_ = everything.flip(0)
     wide = torch.cat([x, x], dim=1)[:, :vocab]  # a strided (non-contiguous) view of the same values
     alone = everything[:1]
+    head = everything[: min(n, HEAD_ROWS)]
     return {
         "alone": (x[:1], tok[:1], alone),
+        "head": (x[: len(head)], tok[: len(head)], head),
         "batch": (x, tok, everything),
         "reversed": (x[reversed_], tok[reversed_], reversed_),
         "strided": (wide, tok, everything),
