@@ -261,7 +261,9 @@ def run_mutations(
         env = {"RL_KERNEL_LIBRARY": str(library), "RL_KERNEL_MUTATION": name}
         got = [_mutated_cell(backend, c, out / name / c.dirname, env) for c in cells]
         verdict = gate.decide(got)
-        by = sorted({k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set()))
+        by = sorted(
+            {k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set())
+        )
         outcomes.append(MutationOutcome(name, verdict.code, tuple(by), verdict.reasons))
         if on_result:
             on_result(outcomes[-1])

@@ -17,7 +17,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 
 def test_host_and_cell_name_the_same_workloads():
-    assert cells.WORKLOADS == tuple(W.BUILDERS)
+    assert tuple(W.BUILDERS) == cells.WORKLOADS
     assert cells.DEFAULT_WORKLOAD in cells.WORKLOADS
 
 

@@ -47,11 +47,22 @@ def test_only_the_update_command_calls_the_writer():
     callers = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update":
-                if isinstance(node.func.value, ast.Name) and node.func.value.id == "golden":
-                    callers.append(path.relative_to(PACKAGE).as_posix())
+            if _calls(node, "golden", "update"):
+                callers.append(path.relative_to(PACKAGE).as_posix())
     assert callers == ["commands/golden.py"]
     text = (PACKAGE / "commands" / "golden.py").read_text()
     assert "if args.update:" in text
     for path in PACKAGE.rglob("*.py"):  # nothing in the harness reads an update switch from the env
         assert "UPDATE_GOLDEN" not in path.read_text(), path
+
+
+def _calls(node: ast.AST, owner: str, attr: str) -> bool:
+    """node is a call of owner.attr(...)."""
+    f = getattr(node, "func", None)
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(f, ast.Attribute)
+        and f.attr == attr
+        and isinstance(f.value, ast.Name)
+        and f.value.id == owner
+    )

@@ -27,7 +27,9 @@ def edges_fp32_cell():
 
 def test_the_representative_cells_are_the_quick_gates_cpu_cells():
     cells = selftest.mutation_cells()
-    assert {(c.shapes, c.dtype) for c in cells} == {(s, d) for s in ("edges", "quick") for d in ("fp32", "bf16", "fp16")}
+    assert {(c.shapes, c.dtype) for c in cells} == {
+        (s, d) for s in ("edges", "quick") for d in ("fp32", "bf16", "fp16")
+    }
     assert all(c.target == "cpu" and c.profile == "baseline" and c.placement == "single" for c in cells)
 
 
@@ -48,7 +50,9 @@ def test_a_mutation_the_gate_catches(tmp_path):
 
 def test_a_mutation_that_passes_the_gate_fails_selftest(tmp_path, capsys):
     """Stand-in: the unmodified library under a mutation's name, which the gate cannot catch: exit 1."""
-    code = cmd_mutations(tmp_path, builder=stand_in_builder(_built_library()), names=["no-op"], cells=[edges_fp32_cell()])
+    code = cmd_mutations(
+        tmp_path, builder=stand_in_builder(_built_library()), names=["no-op"], cells=[edges_fp32_cell()]
+    )
     assert code == 1
     out = capsys.readouterr().out
     assert "no-op" in out and "MISSED" in out and "passed the gate" in out
@@ -68,12 +72,12 @@ def test_a_builder_that_fails_is_bad_configuration(tmp_path):
         selftest.build_mutated_library([sys.executable, "-c", f"print({str(tmp_path / 'missing.so')!r})"])
     with pytest.raises(ConfigError, match="listing the mutations"):
         selftest.mutation_names([sys.executable, "-c", "print('[]')"])
-    assert selftest.mutation_names([sys.executable, "-c", "print('[\"a\", \"b\"]')"]) == ["a", "b"]
+    assert selftest.mutation_names([sys.executable, "-c", 'print(\'["a", "b"]\')']) == ["a", "b"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("rl_kernel.mutations") is not None, reason="the real builder exists")
 def test_the_default_builder_is_the_kernel_engineers_module():
     """The one command (selftest.MUTATION_BUILDER): until rl_kernel.mutations exists it fails, naming it."""
     assert selftest.MUTATION_BUILDER == ("-m", "rl_kernel.mutations", "build")
-    with pytest.raises(ConfigError, match="rl_kernel.mutations"):
+    with pytest.raises(ConfigError, match=r"rl_kernel\.mutations"):
         selftest.build_mutated_library()

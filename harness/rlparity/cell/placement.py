@@ -38,7 +38,10 @@ def split_training(
         out = Path(tmp) / "gathered.pt"
         port = _free_port()
         mp.start_processes(
-            _rank, args=(shape, dtype, seed, platform, control, str(out), port, workload), nprocs=2, start_method="spawn"
+            _rank,
+            args=(shape, dtype, seed, platform, control, str(out), port, workload),
+            nprocs=2,
+            start_method="spawn",
         )
         lp, grad = torch.load(out)
     return lp, grad

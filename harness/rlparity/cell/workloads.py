@@ -85,7 +85,7 @@ def edge_tokens(n_kernel_edges: int, vocab: int) -> list[int]:
     all -inf row, the subnormal end of the ramp, one of the two tied values."""
     toks = [int(t) for t in inputs.tokens(n_kernel_edges, vocab, seed=vocab)]
     toks[2], toks[8] = 0, vocab - 1  # inputs.edge_rows: 2 all -inf, 8 one finite value at vocab - 1
-    return toks + [vocab - 1, 3, vocab - 1]
+    return [*toks, vocab - 1, 3, vocab - 1]
 
 
 def make_edge_episode(batch: int, seq: int, vocab: int, dtype: str, seed: int = 0) -> Episode:

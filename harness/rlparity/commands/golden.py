@@ -34,7 +34,9 @@ def cmd_golden(args: argparse.Namespace) -> int:
     kernels = _kernel_digests(args.update)
     entries = {}
     for name in args.shapes:  # one subprocess per shape set: each set names its workload
-        entries.update(golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, axes.workloads.get(name, "plain")))
+        entries.update(
+            golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, axes.workloads.get(name, "plain"))
+        )
     if args.update:
         path = golden.update("exact", entries)
         console.print(f"wrote {len(entries)} digests to {path}")

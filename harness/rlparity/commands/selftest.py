@@ -62,7 +62,9 @@ def cmd_mutations(out: Path, **kw) -> int:
 
     def show(o: selftest.MutationOutcome) -> None:
         mark = "[green]caught[/]" if o.caught else "[red]MISSED[/]"
-        console.print(f"  {o.mutation:24} {mark}  (gate exit {o.code}) caught by: {', '.join(o.caught_by) or 'nothing'}")
+        console.print(
+            f"  {o.mutation:24} {mark}  (gate exit {o.code}) caught by: {', '.join(o.caught_by) or 'nothing'}"
+        )
 
     outcomes = selftest.run_mutations(out, on_result=show, **kw)
     missed = [o.mutation for o in outcomes if not o.caught]

@@ -40,7 +40,9 @@ def test_rollout_matches_training(cell, control, record, shape):
     training, grad = training_logprobs(ep, lp, train_dev)
     record.output(f"{_sid(shape, cell.workload)}/logprobs", training)
     record.output(f"{_sid(shape, cell.workload)}/grad", grad)
-    d = record.compare(f"{_sid(shape, cell.workload)} rollout ({rollout_dev}) vs training ({train_dev})", rollout, training)
+    d = record.compare(
+        f"{_sid(shape, cell.workload)} rollout ({rollout_dev}) vs training ({train_dev})", rollout, training
+    )
     assert d.equal, d.summary()
 
 
@@ -133,7 +135,11 @@ def test_token_contract(cell, control, record, shape):
     sid, failures = _sid(shape, cell.workload), []
     for name, a, b in (
         ("ignore_index gives +0.0", got[:1], torch.zeros(1)),
-        ("out-of-range ids give NaN (validate=False)", got[1:3].isnan().to(torch.int8), torch.ones(2, dtype=torch.int8)),
+        (
+            "out-of-range ids give NaN (validate=False)",
+            got[1:3].isnan().to(torch.int8),
+            torch.ones(2, dtype=torch.int8),
+        ),
         ("an in-range id beside them is unchanged", got[3:], expected[3:]),
     ):
         d = record.compare(f"{sid} {name}", a, b)
@@ -161,7 +167,9 @@ def test_stock_pytorch_control(cell, record, shape):
 
     rollout = rollout_logprobs(ep, stock, dev, cell.seed)
     training, _ = training_logprobs(ep, stock, dev)
-    d1 = record.compare(f"{_sid(shape, cell.workload)} stock log_softmax rollout vs training", rollout, training, informational=True)
+    d1 = record.compare(
+        f"{_sid(shape, cell.workload)} stock log_softmax rollout vs training", rollout, training, informational=True
+    )
 
     g = torch.Generator().manual_seed(cell.seed)
     dtype = ep.logits.dtype
