@@ -20,7 +20,7 @@ from rlparity.backends.local import LocalBackend
 from rlparity.cells import Cell
 from rlparity.inventory import Inventory
 
-CPU_FILTER = "target=cpu profile=baseline placement=single dtype=fp32"
+CPU_FILTER = "target=cpu profile=baseline placement=single dtype=fp32 shapes=quick"
 CPU_CELL_ID = "local/cpu/baseline/single/fp32/quick/exact"
 CHILD_MARK = "rlparity-test-child"
 # Generous bounds: the machine has 2 cores and pytest-xdist runs two of these files' tests at once.
