@@ -82,7 +82,9 @@ ACROSS = {"profile": ACROSS_PROFILES, "placement": ACROSS_PLACEMENTS}
 # (its last line). The mutation names come from rl_kernel.build_flags.mutation_names().
 MUTATION_BUILDER = ("-m", "rl_kernel.mutations", "build")
 MUTATION_NAMES = ("-c", "import json, rl_kernel.build_flags as b; print(json.dumps(list(b.mutation_names())))")
-MUTATION_SHAPES = ("edges", "quick")  # the representative cells: baseline/single, every dtype of these
+# The representative cells (baseline profile, single placement): every dtype of these shape sets...
+MUTATION_SHAPES = ("edges",)
+MUTATION_PLAIN = ("quick", "fp32")  # ...plus one cell of the plain quick shapes
 
 
 @dataclass(frozen=True)
@@ -230,16 +232,19 @@ def mutation_names(names_cmd: Sequence[str] | None = None) -> list[str]:
     return names
 
 
-def mutation_cells(matrix: str = "quick", shapes: Sequence[str] = MUTATION_SHAPES) -> list[Cell]:
-    """The quick gate's representative CPU cells: baseline, single placement, one per dtype and shape set."""
-    cells = load_matrix(matrix).cells
+def mutation_cells(matrix: str = "quick") -> list[Cell]:
+    """The quick gate's representative CPU cells: baseline, single placement; each dtype of the edges
+    shapes and the fp32 cell of the quick shapes."""
     picked = [
         c
-        for c in cells
-        if c.target == "cpu" and c.profile == "baseline" and c.placement == "single" and c.shapes in shapes
+        for c in load_matrix(matrix).cells
+        if c.target == "cpu"
+        and c.profile == "baseline"
+        and c.placement == "single"
+        and (c.shapes in MUTATION_SHAPES or (c.shapes, c.dtype) == MUTATION_PLAIN)
     ]
     if not picked:
-        raise ConfigError(f"the {matrix} matrix has no baseline/single CPU cell of the shape sets {', '.join(shapes)}")
+        raise ConfigError(f"the {matrix} matrix has no baseline/single CPU cell of {', '.join(MUTATION_SHAPES)}")
     return picked
 
 

@@ -27,8 +27,8 @@ def edges_fp32_cell():
 
 def test_the_representative_cells_are_the_quick_gates_cpu_cells():
     cells = selftest.mutation_cells()
-    assert {(c.shapes, c.dtype) for c in cells} == {
-        (s, d) for s in ("edges", "quick") for d in ("fp32", "bf16", "fp16")
+    assert {(c.shapes, c.dtype) for c in cells} == {("edges", d) for d in ("fp32", "bf16", "fp16")} | {
+        ("quick", "fp32")
     }
     assert all(c.target == "cpu" and c.profile == "baseline" and c.placement == "single" for c in cells)
 
