@@ -147,7 +147,7 @@ def test_cli_unknown_control_is_bad_configuration(tmp_path):
 
 
 def test_cli_strict_turns_a_skipped_required_cell_into_an_error(tmp_path):
-    gpu_filter = "target=gfx942 profile=baseline dtype=fp32"
+    gpu_filter = "target=gfx942 profile=baseline dtype=fp32 shapes=quick"
     cell_id = "local/gfx942/baseline/single/fp32/quick/exact"
     lenient = rlparity("run", "--filter", gpu_filter, "--out", str(tmp_path / "a"), cwd=tmp_path)
     assert lenient.returncode == 0, show(lenient)
