@@ -9,6 +9,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
+# The episode builders a shape set may name (axes.toml `workload`): the host's copy of the cell side's
+# rlparity.cell.workloads.BUILDERS (tests/harness/test_edges.py keeps the two equal).
+WORKLOADS = ("plain", "edges")
+DEFAULT_WORKLOAD = "plain"
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,7 @@ class Cell:
     arch: str = ""
     env: dict[str, str] = field(default_factory=dict)
     shape_list: tuple[tuple[int, int, int], ...] = ()
+    workload: str = DEFAULT_WORKLOAD  # how each shape's episode is built (plain, edges)
     timeout_s: float = 300.0
     repeats: int = 3
     seed: int = 0

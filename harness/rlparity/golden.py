@@ -12,13 +12,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rlparity.cells import DEFAULT_WORKLOAD
 from rlparity.config import GOLDEN_DIR
 
 OUTPUTS = ("logprobs", "grad", "stats")  # stats: the row intermediates [max, sum of exp, log of the sum]
 
 
-def key(dtype: str, shape: tuple[int, int, int], seed: int, what: str) -> str:
-    return f"{dtype}/{'x'.join(map(str, shape))}/seed{seed}/{what}"
+def key(dtype: str, shape: tuple[int, int, int], seed: int, what: str, workload: str = DEFAULT_WORKLOAD) -> str:
+    """The plain workload's keys are unchanged (fp32/1x128x4096/seed0/grad); another workload's shape is
+    prefixed with its name (fp32/edges:2x32x4099/seed0/grad)."""
+    sid = "x".join(map(str, shape))
+    return f"{dtype}/{sid if workload == DEFAULT_WORKLOAD else f'{workload}:{sid}'}/seed{seed}/{what}"
 
 
 def path_for(tier: str, root: Path = GOLDEN_DIR) -> Path:
@@ -38,10 +42,13 @@ def update(tier: str, entries: dict[str, str], root: Path = GOLDEN_DIR) -> Path:
     return p
 
 
-def compute(shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0) -> dict[str, str]:
+def compute(
+    shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0, workload: str = DEFAULT_WORKLOAD
+) -> dict[str, str]:
     """The digests on this machine's CPU build, computed by `python -m rlparity.cell.golden` in a
     subprocess (the host never imports rl_kernel)."""
     argv = ["--shapes", *("x".join(map(str, s)) for s in shapes), "--dtypes", *dtypes, "--seed", str(seed)]
+    argv += ["--workload", workload]
     proc = subprocess.run([sys.executable, "-m", "rlparity.cell.golden", *argv], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"computing the golden digests failed:\n{proc.stderr[-3000:]}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlparity.cells import AXES, Cell
+from rlparity.cells import AXES, DEFAULT_WORKLOAD, WORKLOADS, Cell
 from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as_list
 from rlparity.images import Image, load_images
 
@@ -57,6 +57,7 @@ class Axes:
     profiles: dict[str, Profile]
     shapes: dict[str, tuple[tuple[int, int, int], ...]]
     images: dict[str, Image]
+    workloads: dict[str, str] = field(default_factory=dict)  # shape set -> episode builder (default plain)
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,8 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
             raise f.error(f"unknown platform {platform!r} (known: {', '.join(PLATFORMS)})", table, "platform")
         targets[name] = Target(name, platform, t.get("arch", ""), t.get("wave", 0), t.get("description", ""))
     profiles = load_profiles(f, targets)
-    shapes = load_shapes(f)
-    return Axes(targets, profiles, shapes, load_images(images_path))
+    shapes, workloads = load_shapes(f)
+    return Axes(targets, profiles, shapes, load_images(images_path), workloads)
 
 
 def load_profiles(f: TomlFile, targets: dict[str, Target]) -> dict[str, Profile]:
@@ -118,27 +119,31 @@ def load_profiles(f: TomlFile, targets: dict[str, Target]) -> dict[str, Profile]
     return profiles
 
 
-def load_shapes(f: TomlFile) -> dict[str, tuple[tuple[int, int, int], ...]]:
-    """The [shapes.NAME] tables of a file (axes.toml, or a matrix file's own)."""
-    shapes = {}
+def load_shapes(f: TomlFile) -> tuple[dict[str, tuple[tuple[int, int, int], ...]], dict[str, str]]:
+    """The [shapes.NAME] tables of a file (axes.toml, or a matrix file's own): the shapes of each set, and the
+    workload (episode builder) each set names."""
+    shapes, workloads = {}, {}
     for name, s in f.data.get("shapes", {}).items():
         table = f"shapes.{name}"
         if not isinstance(s, dict):
             raise f.error("must be a table", f"shapes.{name}")
-        f.check_keys(s, {"shapes", "description"}, table)
+        f.check_keys(s, {"shapes", "description", "workload"}, table)
+        workloads[name] = s.get("workload", DEFAULT_WORKLOAD)
+        if workloads[name] not in WORKLOADS:
+            raise f.error(f"unknown workload {workloads[name]!r} (known: {', '.join(WORKLOADS)})", table, "workload")
         lst = f.require(s, "shapes", list, table)
         if not lst or not all(
             isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v > 0 for v in x) for x in lst
         ):
             raise f.error("must be a non-empty list of [batch, seq, vocab] positive integers", table, "shapes")
         shapes[name] = tuple(tuple(x) for x in lst)
-    return shapes
+    return shapes, workloads
 
 
 def with_own_axes(f: TomlFile, axes: Axes) -> Axes:
     """axes.toml's profiles and shape sets plus the matrix file's own ([profiles.NAME], [shapes.NAME]), for
     that matrix only. A name axes.toml already defines is an error: one name, one meaning in every report."""
-    own_profiles, own_shapes = load_profiles(f, axes.targets), load_shapes(f)
+    own_profiles, (own_shapes, own_workloads) = load_profiles(f, axes.targets), load_shapes(f)
     for kind, own, builtin in (("profiles", own_profiles, axes.profiles), ("shapes", own_shapes, axes.shapes)):
         for name in own:
             if name in builtin:
@@ -146,7 +151,12 @@ def with_own_axes(f: TomlFile, axes: Axes) -> Axes:
                 raise f.error(message, f"{kind}.{name}")
     if not own_profiles and not own_shapes:
         return axes
-    return dataclasses.replace(axes, profiles={**axes.profiles, **own_profiles}, shapes={**axes.shapes, **own_shapes})
+    return dataclasses.replace(
+        axes,
+        profiles={**axes.profiles, **own_profiles},
+        shapes={**axes.shapes, **own_shapes},
+        workloads={**axes.workloads, **own_workloads},
+    )
 
 
 _MATRIX_KEYS = {"description", "timeout_s", "repeats", "seed"}
@@ -266,6 +276,7 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
         arch=target.arch,
         env=profile.env_for(target.name),
         shape_list=axes.shapes[p["shapes"]],
+        workload=axes.workloads.get(p["shapes"], DEFAULT_WORKLOAD),
         timeout_s=timeout,
         repeats=repeats,
         seed=seed,

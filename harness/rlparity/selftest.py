@@ -1,35 +1,123 @@
-"""`rlparity selftest`: the negative controls. Each deliberately wrong kernel (rlparity.cell.controls) runs as a
-real cell through the local backend, and the bitwise suite must fail it with a bitwise mismatch; the unmodified
-kernel must pass. A harness that cannot fail proves nothing."""
+"""`rlparity selftest`: the negative controls, and (--mutations) mutation testing of the gate.
+
+Each deliberately wrong kernel (rlparity.cell.controls) runs as a real cell through the local backend and
+must be caught by the comparison it targets (EXPECTED): a control caught only by some other comparison
+means its own detector could be vacuous, so it counts as missed. The unmodified kernel must pass. Two
+controls break a property only the gate sees across cells (profile-variant, placement-variant): they run
+as a pair of cells, and the gate's digest_disagreements over the pair must flag them.
+
+--mutations: the kernel engineer's mutated build of rl_kernel (RL_MUTATIONS compile-time points chosen
+at run time by RL_KERNEL_MUTATION) runs the quick gate's representative CPU cells once per mutation;
+the gate must fail (exit 1) for every one. A harness that cannot fail proves nothing.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlparity import results
+from rlparity import gate, results
 from rlparity.applicability import skip_reason
 from rlparity.backends.local import LocalBackend
 from rlparity.cells import Cell
 from rlparity.config import ConfigError
-from rlparity.matrix import load_axes
+from rlparity.matrix import load_axes, load_matrix
 
 # The host's copy of rlparity.cell.controls.CONTROLS (the host never imports the cell side; a test keeps
 # the two equal): "none" is rl_kernel itself, the rest are the negative controls.
-CONTROLS = ("none", "ulp-flip", "reversed-order", "fma-build", "wave-tree", "atomics")
+CONTROLS = (
+    "none",
+    "ulp-flip",
+    "reversed-order",
+    "fma-build",
+    "wave-tree",
+    "atomics",
+    "batch-variant",
+    "rollout-variant",
+    "profile-variant",
+    "placement-variant",
+    "range-unchecked",
+)
 NEGATIVE = CONTROLS[1:]
+
+# The gated comparisons, by the suite's test that makes them (cell/suite/test_bitwise.py), plus the two
+# the gate makes across cells (gate.digest_disagreements).
+COMPARISON_OF_TEST = {
+    "test_rollout_matches_training": "rollout-vs-training",
+    "test_batch_invariance": "batch-invariance",
+    "test_run_to_run": "run-to-run",
+    "test_golden_digests": "golden",
+    "test_split_matches_single": "split",
+    "test_token_contract": "token-contract",
+}
+ACROSS_PROFILES, ACROSS_PLACEMENTS = "across-profiles", "across-placements"
+COMPARISONS = (*COMPARISON_OF_TEST.values(), ACROSS_PROFILES, ACROSS_PLACEMENTS)
+
+# Control -> the comparison(s) that must catch it (every one listed). Others may catch it too.
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "ulp-flip": ("rollout-vs-training", "batch-invariance", "golden"),
+    "reversed-order": ("golden",),
+    "fma-build": ("golden",),
+    "wave-tree": ("golden",),
+    "atomics": ("run-to-run",),
+    "batch-variant": ("batch-invariance",),
+    "rollout-variant": ("rollout-vs-training",),
+    "profile-variant": (ACROSS_PROFILES,),
+    "placement-variant": (ACROSS_PLACEMENTS, "split"),
+    "range-unchecked": ("token-contract",),
+}
+# Controls run as a pair: the baseline cell and one that differs on this axis (value per platform).
+PAIRED: dict[str, tuple[str, dict[str, str]]] = {
+    "profile-variant": ("profile", {"cpu": "threads-1", "cuda": "cublas-workspace", "rocm": "sdma-off"}),
+    "placement-variant": ("placement", {"cpu": "split", "cuda": "split", "rocm": "split"}),
+}
+ACROSS = {"profile": ACROSS_PROFILES, "placement": ACROSS_PLACEMENTS}
+
+# The one place the mutated library is built: the kernel engineer's builder prints its path on stdout
+# (its last line). The mutation names come from rl_kernel.build_flags.mutation_names().
+MUTATION_BUILDER = ("-m", "rl_kernel.mutations", "build")
+MUTATION_NAMES = ("-c", "import json, rl_kernel.build_flags as b; print(json.dumps(list(b.mutation_names())))")
+# The representative cells (baseline profile, single placement): every dtype of these shape sets...
+MUTATION_SHAPES = ("edges",)
+MUTATION_PLAIN = ("quick", "fp32")  # ...plus one cell of the plain quick shapes
 
 
 @dataclass(frozen=True)
 class ControlOutcome:
     control: str
     status: str
-    caught: bool  # the suite reported a bitwise mismatch (for "none": it passed)
-    caught_by: tuple[str, ...]  # the comparisons that differed
+    caught: bool  # caught by every expected comparison (for "none": the kernel passed)
+    caught_by: tuple[str, ...]  # the gated comparisons (COMPARISONS) that differed
     reason: str
+    expected: tuple[str, ...] = ()
+    differed: tuple[str, ...] = ()  # the names of the differing comparisons, for the log
 
 
-def selftest_cell(shapes: str = "selftest", dtype: str = "fp32", timeout_s: float = 600.0, target: str = "cpu") -> Cell:
+def comparison_of(test: str) -> str:
+    """The gated comparison a suite test's comparison belongs to ('test_x[2x64x32000]' -> its name)."""
+    base = test.split("[", 1)[0]
+    return COMPARISON_OF_TEST.get(base, base)
+
+
+def caught_by(res: results.CellResult) -> tuple[str, ...]:
+    """The gated comparisons that differed in one cell, in COMPARISONS order."""
+    hit = {comparison_of(c["test"]) for c in res.gated if not c["equal"]}
+    return tuple(c for c in COMPARISONS if c in hit) + tuple(sorted(hit - set(COMPARISONS)))
+
+
+def selftest_cell(
+    shapes: str = "selftest",
+    dtype: str = "fp32",
+    timeout_s: float = 600.0,
+    target: str = "cpu",
+    profile: str = "baseline",
+    placement: str = "single",
+) -> Cell:
     axes = load_axes()
     if target not in axes.targets:
         raise ConfigError(f"unknown target {target!r} (known: {', '.join(axes.targets)})")
@@ -37,23 +125,40 @@ def selftest_cell(shapes: str = "selftest", dtype: str = "fp32", timeout_s: floa
     return Cell(
         image="local",
         target=target,
-        profile="baseline",
-        placement="single",
+        profile=profile,
+        placement=placement,
         dtype=dtype,
         shapes=shapes,
         tier="exact",
         platform=t.platform,
         arch=t.arch,
+        env=axes.profiles[profile].env_for(target),
         shape_list=axes.shapes[shapes],
+        workload=axes.workloads.get(shapes, "plain"),
         timeout_s=timeout_s,
         repeats=3,
     )
 
 
-def outcome(control: str, res: results.CellResult) -> ControlOutcome:
+def outcome(control: str, res: results.CellResult, across: tuple[str, ...] = ()) -> ControlOutcome:
+    """Whether a control was caught by the comparisons it targets (`across`: those the gate flagged
+    across a pair of cells). The unmodified kernel is 'caught' when it passes."""
     differed = tuple(c["name"] for c in res.gated if not c["equal"])
-    caught = res.status == "passed" if control == "none" else (res.status == "failed" and bool(differed))
-    return ControlOutcome(control, res.status, caught, differed, res.reason)
+    by = caught_by(res) + tuple(a for a in across if a not in caught_by(res))
+    expected = EXPECTED.get(control, ())
+    if control == "none":
+        caught = res.status == "passed" and not across
+    else:
+        failed = res.status == "failed" and bool(differed)
+        caught = (failed or bool(across)) and res.status != "error" and all(e in by for e in expected)
+    return ControlOutcome(control, res.status, caught, by, res.reason, expected, differed)
+
+
+def across_cells(pair: list[results.CellResult], axis: str) -> tuple[str, ...]:
+    """The gate's cross-cell digest comparison over a control's pair of cells. digest_disagreements leaves
+    control cells out of real runs, so the pair is handed to it as the plain cells they stand in for."""
+    plain = [dataclasses.replace(r, variant="none") for r in pair]
+    return (ACROSS[axis],) if gate.digest_disagreements(plain) else ()
 
 
 def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target: str = "cpu") -> list[ControlOutcome]:
@@ -67,9 +172,110 @@ def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target:
             raise ConfigError(f"selftest --target {target}: {reason}")
     outcomes = []
     for v in controls:
-        res = backend.run_cell(cell, [0] if gpu else [], out / v, v, backend.control_env(v, gpu=gpu))
-        results.write(res, out / v)
-        outcomes.append(outcome(v, res))
+        env = backend.control_env(v, gpu=gpu)
+        if v in PAIRED:
+            axis, value = PAIRED[v]
+            other = selftest_cell(target=target, **{axis: value[cell.platform]})
+            base = _run_one(backend, cell, gpu, out / f"{v}.baseline", v, env)
+            res = _run_one(backend, other, gpu, out / v, v, env)
+            outcomes.append(outcome(v, res, across_cells([base, res], axis)))
+        else:
+            outcomes.append(outcome(v, _run_one(backend, cell, gpu, out / v, v, env)))
         if on_result:
             on_result(outcomes[-1])
     return outcomes
+
+
+def _run_one(backend: LocalBackend, cell: Cell, gpu: bool, out: Path, control: str, env) -> results.CellResult:
+    devices = ([0, 1] if cell.placement != "single" else [0]) if gpu else []
+    res = backend.run_cell(cell, devices, out, control, env)
+    results.write(res, out)
+    return res
+
+
+# ---- mutation testing of the gate ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class MutationOutcome:
+    mutation: str
+    code: int  # the gate's exit code over the mutation's cells (1: caught)
+    caught_by: tuple[str, ...]  # the gated comparisons that differed, across every cell
+    reasons: tuple[str, ...]
+
+    @property
+    def caught(self) -> bool:
+        return self.code == gate.MISMATCH
+
+
+def build_mutated_library(builder: Sequence[str] | None = None) -> Path:
+    """The mutated rl_kernel library, from the kernel engineer's builder (its path: stdout's last line)."""
+    argv = list(builder) if builder is not None else [sys.executable, *MUTATION_BUILDER]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines or not Path(lines[-1].strip()).is_file():
+        raise ConfigError(
+            f"building the mutated library ({' '.join(argv)}) failed (exit {proc.returncode}): "
+            f"{(proc.stdout + proc.stderr).strip()[-2000:] or 'no output'}"
+        )
+    return Path(lines[-1].strip())
+
+
+def mutation_names(names_cmd: Sequence[str] | None = None) -> list[str]:
+    """rl_kernel.build_flags.mutation_names(), asked in a subprocess (the host never imports rl_kernel)."""
+    argv = list(names_cmd) if names_cmd is not None else [sys.executable, *MUTATION_NAMES]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        names = json.loads(proc.stdout)
+    except ValueError:
+        names = None
+    if proc.returncode != 0 or not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"listing the mutations ({' '.join(argv)}) failed: {(proc.stdout + proc.stderr)[-2000:]}")
+    return names
+
+
+def mutation_cells(matrix: str = "quick") -> list[Cell]:
+    """The quick gate's representative CPU cells: baseline, single placement; each dtype of the edges
+    shapes and the fp32 cell of the quick shapes."""
+    picked = [
+        c
+        for c in load_matrix(matrix).cells
+        if c.target == "cpu"
+        and c.profile == "baseline"
+        and c.placement == "single"
+        and (c.shapes in MUTATION_SHAPES or (c.shapes, c.dtype) == MUTATION_PLAIN)
+    ]
+    if not picked:
+        raise ConfigError(f"the {matrix} matrix has no baseline/single CPU cell of {', '.join(MUTATION_SHAPES)}")
+    return picked
+
+
+def run_mutations(
+    out: Path,
+    builder: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+    cells: list[Cell] | None = None,
+    on_result: Callable[[MutationOutcome], None] | None = None,
+) -> list[MutationOutcome]:
+    """Every mutation's gate over the representative cells, the mutated library and the mutation set in
+    each cell's env (as fma-build sets RL_KERNEL_LIBRARY)."""
+    library = build_mutated_library(builder)
+    names = list(names) if names is not None else mutation_names()
+    cells = cells if cells is not None else mutation_cells()
+    backend = LocalBackend()
+    outcomes = []
+    for name in names:
+        env = {"RL_KERNEL_LIBRARY": str(library), "RL_KERNEL_MUTATION": name}
+        got = [_mutated_cell(backend, c, out / name / c.dirname, env) for c in cells]
+        verdict = gate.decide(got)
+        by = sorted(
+            {k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set())
+        )
+        outcomes.append(MutationOutcome(name, verdict.code, tuple(by), verdict.reasons))
+        if on_result:
+            on_result(outcomes[-1])
+    return outcomes
+
+
+def _mutated_cell(backend: LocalBackend, cell: Cell, out: Path, env: dict[str, str]) -> results.CellResult:
+    res = backend.run_cell(cell, [], out, "none", env)
+    results.write(res, out)
+    return res

@@ -20,7 +20,7 @@ from rlparity.backends.local import LocalBackend
 from rlparity.cells import Cell
 from rlparity.inventory import Inventory
 
-CPU_FILTER = "target=cpu profile=baseline placement=single dtype=fp32"
+CPU_FILTER = "target=cpu profile=baseline placement=single dtype=fp32 shapes=quick"
 CPU_CELL_ID = "local/cpu/baseline/single/fp32/quick/exact"
 CHILD_MARK = "rlparity-test-child"
 # Generous bounds: the machine has 2 cores and pytest-xdist runs two of these files' tests at once.
@@ -172,10 +172,17 @@ def kill_if_ours(pid: int, mark: str, group: bool = False) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def rlparity(*args: str, cwd: Path, timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def rlparity(
+    *args: str, cwd: Path, timeout: float = CLI_TIMEOUT_S, pythonpath: str | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m rlparity.cli ARGS`; pythonpath: a copy of the packages to run instead (first on the path)."""
+    environ = {**os.environ, **(env or {})}
+    if pythonpath:
+        environ["PYTHONPATH"] = pythonpath + os.pathsep + environ.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-m", "rlparity.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
+        [sys.executable, "-m", "rlparity.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env=environ,
+    )  # fmt: skip
 
 
 def squash(text: str) -> str:

@@ -147,7 +147,7 @@ def test_cli_unknown_control_is_bad_configuration(tmp_path):
 
 
 def test_cli_strict_turns_a_skipped_required_cell_into_an_error(tmp_path):
-    gpu_filter = "target=gfx942 profile=baseline dtype=fp32"
+    gpu_filter = "target=gfx942 profile=baseline dtype=fp32 shapes=quick"
     cell_id = "local/gfx942/baseline/single/fp32/quick/exact"
     # --targets all: the gfx942 cell is selected on this CPU host (auto would not select it); --min-ran 0: a run
     # in which nothing ran may pass only when asked to

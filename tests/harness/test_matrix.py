@@ -78,16 +78,21 @@ def test_shipped_matrix_expands_to_the_expected_cells(name, backend_name):
 
 
 def test_quick_local_count_by_hand():
-    # 22 applicable (target, profile) pairs x 2 dtypes on `single`, cpu's 2 profiles x 2 dtypes on `split`,
-    # plus the fp16 include; gfx1201 (4 profiles x 2 dtypes) informational.
-    cells = load_matrix("quick").cells
+    # quick shapes: 22 applicable (target, profile) pairs x 2 dtypes on `single`, cpu's 2 profiles x 2 dtypes
+    # on `split`, plus the fp16 include; gfx1201 (4 profiles x 2 dtypes) informational.
+    # edges shapes: 7 targets x 3 dtypes, baseline and single only (gfx1201's 3 informational).
+    everything = load_matrix("quick").cells
+    cells = [c for c in everything if c.shapes == "quick"]
     assert len(cells) == 22 * 2 + 2 * 2 + 1
     assert sum(not c.required for c in cells) == 8
     assert {c.target for c in cells if not c.required} == {"gfx1201"}
-    assert all(c.image == "local" for c in cells)
-    assert {c.placement for c in cells if c.target != "cpu"} == {"single"}
+    assert all(c.image == "local" for c in everything)
+    assert {c.placement for c in everything if c.target != "cpu"} == {"single"}
     assert [c for c in cells if c.dtype == "fp16"] == [c for c in cells if c.id.endswith("/fp16/quick/exact")]
     assert len([c for c in cells if c.dtype == "fp16"]) == 1
+    edges = [c for c in everything if c.shapes == "edges"]
+    assert len(edges) == 7 * 3 and len(everything) == len(cells) + len(edges)
+    assert sum(not c.required for c in edges) == 3
 
 
 def test_cells_carry_matrix_settings_and_profile_env():

@@ -18,6 +18,7 @@ from rlparity.applicability import skip_reason
 from rlparity.backends.base import EXIT_CODES, control_from_env
 from rlparity.cell import fingerprint as cell_fingerprint
 from rlparity.cell import inventory
+from rlparity.cell.controls import PLACEMENT_VAR
 from rlparity.cell.suite.plugin import SuitePlugin
 from rlparity.cells import Cell
 
@@ -48,6 +49,7 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         res = results.skipped(cell, reason)
         res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, control
         return res
+    os.environ[PLACEMENT_VAR] = cell.placement  # what the placement-variant control reads
     plugin, outcomes = SuitePlugin(cell, control), _Outcomes()
     code = pytest.main(
         [

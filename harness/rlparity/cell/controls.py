@@ -13,6 +13,19 @@ name); the bitwise suite must fail every one of them. Each control is a way real
 - atomics:        on a GPU, a real atomics reduction: each row's sum of exp accumulated with
                   torch.index_add_ (atomicAdd, arrival order varies from call to call); on the CPU, where
                   there is no such nondeterminism to borrow, the lane partials combined in a random order.
+
+Each of the following breaks exactly one property, so that each gated comparison has a control only it
+catches (rlparity.selftest.EXPECTED names the comparison that must catch each control):
+
+- batch-variant:     the reduction order depends on the batch's row count: a batch of fewer than
+                     SMALL_BATCH rows reduces in reverse (as a kernel that splits rows for small batches).
+- rollout-variant:   the reduction order depends on autograd: logits that do not require grad (a decode
+                     step) reduce in reverse, the teacher-forced pass does not.
+- profile-variant:   reads the env of the profile (OMP_NUM_THREADS, CUBLAS_WORKSPACE_CONFIG,
+                     HSA_ENABLE_SDMA) and flips the last bit of every log-prob when one is set.
+- placement-variant: reads the cell's placement (RLPARITY_PLACEMENT, set by cellrun) and flips the last
+                     bit of every log-prob outside the split placement's ranks when it is not `single`.
+- range-unchecked:   token ids outside [0, V) are clamped into it: no NaN, no error.
 """
 
 from __future__ import annotations
@@ -35,8 +48,24 @@ from rlparity.cell.workloads import IGNORE, LogprobFn
 
 # "none" is rl_kernel itself; the rest are the negative controls. rlparity.selftest.CONTROLS is the host's
 # copy of these names (the host never imports this module): tests/harness/test_controls.py keeps them equal.
-CONTROLS = ("none", "ulp-flip", "reversed-order", "fma-build", "wave-tree", "atomics")
+CONTROLS = (
+    "none",
+    "ulp-flip",
+    "reversed-order",
+    "fma-build",
+    "wave-tree",
+    "atomics",
+    "batch-variant",
+    "rollout-variant",
+    "profile-variant",
+    "placement-variant",
+    "range-unchecked",
+)
 WAVE = 64
+SMALL_BATCH = 16  # batch-variant: fewer rows than this take the other reduction order
+PROFILE_VARS = ("OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "HSA_ENABLE_SDMA")  # set by a non-baseline profile
+PLACEMENT_VAR = "RLPARITY_PLACEMENT"  # the cell's placement, exported by cellrun for placement-variant
+TokenFn = Callable[[torch.Tensor, torch.Tensor, bool], torch.Tensor]  # (logits, tokens, validate) -> fp32
 
 
 def _check(control: str) -> None:
@@ -46,9 +75,26 @@ def _check(control: str) -> None:
 
 def logprob_fn(control: str = "none") -> LogprobFn:
     _check(control)
-    if control in ("none", "fma-build"):  # fma-build swaps the library underneath rl_kernel
+    if control in ("none", "fma-build", "range-unchecked"):  # fma-build swaps the library underneath rl_kernel
         return _exact
-    return {"ulp-flip": _ulp_flip, "reversed-order": _reversed, "wave-tree": _wave, "atomics": _atomics}[control]
+    return {
+        "ulp-flip": _ulp_flip,
+        "reversed-order": _reversed,
+        "wave-tree": _wave,
+        "atomics": _atomics,
+        "batch-variant": _batch_variant,
+        "rollout-variant": _rollout_variant,
+        "profile-variant": _profile_variant,
+        "placement-variant": _placement_variant,
+    }[control]
+
+
+def token_fn(control: str = "none") -> TokenFn:
+    """The control's token_logprobs with its validate switch (the token contract's test)."""
+    _check(control)
+    if control == "range-unchecked":
+        return _range_unchecked
+    return lambda x, tok, validate: rl_kernel.token_logprobs(x, tok, IGNORE, validate=validate)
 
 
 def stats_fn(control: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
@@ -61,6 +107,8 @@ def stats_fn(control: str = "none") -> Callable[[torch.Tensor], torch.Tensor]:
         return lambda x: _reference_stats(x, _wave_tree)
     if control == "reversed-order":
         return lambda x: rl_kernel.row_stats(x.flip(-1))
+    if control == "batch-variant":
+        return lambda x: rl_kernel.row_stats(x.flip(-1) if x.shape[0] < SMALL_BATCH else x)
     if control == "ulp-flip":
         return lambda x: _flip_first(rl_kernel.row_stats(x))
     return rl_kernel.row_stats
@@ -107,6 +155,43 @@ def _reversed(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
     vocab = x.shape[-1]
     flipped = torch.where(tok == IGNORE, tok, vocab - 1 - tok)
     return rl_kernel.token_logprobs(x.flip(-1), flipped, IGNORE)
+
+
+def _batch_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """A reduction order chosen by the batch's row count: a small batch is reduced in reverse."""
+    return _reversed(x, tok) if x.shape[0] < SMALL_BATCH else _exact(x, tok)
+
+
+def _rollout_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """Another order where the logits need no gradient (a decode step): only rollout vs training sees it."""
+    return _exact(x, tok) if x.requires_grad else _reversed(x, tok)
+
+
+def _flip_logprobs(out: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """Every non-ignored log-prob with its last bit flipped, consistently: the same rows give the same
+    (wrong) bits in every call, batch and path. Exact adjacent-float deltas keep the gradient flowing."""
+    flipped = (out.detach().contiguous().view(torch.int32) ^ 1).view(torch.float32)
+    delta = torch.where(tok == IGNORE, torch.zeros_like(out), flipped - out.detach())
+    return out + torch.nan_to_num(delta)
+
+
+def _profile_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    out = _exact(x, tok)
+    return _flip_logprobs(out, tok) if any(os.environ.get(v) for v in PROFILE_VARS) else out
+
+
+def _placement_variant(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    out = _exact(x, tok)
+    moved = os.environ.get(PLACEMENT_VAR, "single") != "single" and not dist.is_initialized()
+    return _flip_logprobs(out, tok) if moved else out
+
+
+def _range_unchecked(x: torch.Tensor, tok: torch.Tensor, validate: bool) -> torch.Tensor:
+    """Out-of-range ids clamped into [0, V): a finite, wrong log-prob and no error."""
+    clamped = torch.where(tok == IGNORE, tok, tok.clamp(0, x.shape[-1] - 1))
+    return rl_kernel.token_logprobs(x, clamped, IGNORE, validate=validate)
 
 
 class _ReferenceWithTree(torch.autograd.Function):

@@ -13,20 +13,24 @@ import sys
 import rl_kernel
 from rl_kernel.bitwise import digest
 from rlparity.cell.controls import logprob_fn
-from rlparity.cell.workloads import make_episode, training_logprobs
+from rlparity.cell.workloads import BUILDERS, build_episode, training_logprobs
+from rlparity.cells import DEFAULT_WORKLOAD
 from rlparity.golden import key
 
 
-def compute(shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0) -> dict[str, str]:
+def compute(
+    shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0, workload: str = DEFAULT_WORKLOAD
+) -> dict[str, str]:
     """Digests of the training path's log-probs, gradient and row statistics on the CPU build."""
     out = {}
     for dtype in dtypes:
         for shape in shapes:
-            ep = make_episode(*shape, dtype, seed)
+            ep = build_episode(workload, *shape, dtype, seed)
             lp, grad = training_logprobs(ep, logprob_fn("none"), "cpu")
-            out[key(dtype, shape, seed, "logprobs")] = digest(lp)
-            out[key(dtype, shape, seed, "grad")] = digest(grad)
-            out[key(dtype, shape, seed, "stats")] = digest(rl_kernel.row_stats(ep.logits.reshape(-1, shape[2])))
+            out[key(dtype, shape, seed, "logprobs", workload)] = digest(lp)
+            out[key(dtype, shape, seed, "grad", workload)] = digest(grad)
+            stats = rl_kernel.row_stats(ep.logits.reshape(-1, shape[2]))
+            out[key(dtype, shape, seed, "stats", workload)] = digest(stats)
     return out
 
 
@@ -40,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", nargs="+", type=_shape, required=True, help="BxTxV")
     p.add_argument("--dtypes", nargs="+", required=True)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workload", default=DEFAULT_WORKLOAD, choices=sorted(BUILDERS))
     args = p.parse_args(argv)
-    print(json.dumps(compute(args.shapes, args.dtypes, args.seed)))
+    print(json.dumps(compute(args.shapes, args.dtypes, args.seed, args.workload)))
     return 0
 
 

@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.cell.workloads import make_episode, training_logprobs
+from rlparity.cell.workloads import build_episode, training_logprobs
+from rlparity.cells import DEFAULT_WORKLOAD
 
 
 def devices(platform: str, placement: str) -> tuple[str, str]:
@@ -29,19 +30,24 @@ def devices(platform: str, placement: str) -> tuple[str, str]:
     return "cuda:0", "cuda:0"
 
 
-def split_training(shape: tuple[int, int, int], dtype: str, seed: int, platform: str, control: str):
+def split_training(
+    shape: tuple[int, int, int], dtype: str, seed: int, platform: str, control: str, workload: str = DEFAULT_WORKLOAD
+):
     """Teacher-forced log-probs and gradient computed by two ranks, each on half of the rows."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gathered.pt"
         port = _free_port()
         mp.start_processes(
-            _rank, args=(shape, dtype, seed, platform, control, str(out), port), nprocs=2, start_method="spawn"
+            _rank,
+            args=(shape, dtype, seed, platform, control, str(out), port, workload),
+            nprocs=2,
+            start_method="spawn",
         )
         lp, grad = torch.load(out)
     return lp, grad
 
 
-def _rank(rank: int, shape, dtype, seed, platform, control, out, port) -> None:
+def _rank(rank: int, shape, dtype, seed, platform, control, out, port, workload) -> None:
     from rlparity.cell.controls import logprob_fn  # after spawn: the control's env is inherited
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -51,7 +57,7 @@ def _rank(rank: int, shape, dtype, seed, platform, control, out, port) -> None:
         device = f"cuda:{rank}" if gpu else "cpu"
         if gpu:
             torch.cuda.set_device(device)
-        ep = make_episode(*shape, dtype, seed)
+        ep = build_episode(workload, *shape, dtype, seed)
         b, t, v = ep.shape
         rows = b * t
         per = -(-rows // 2)

@@ -20,7 +20,7 @@ from rlparity.ui import console
 def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("golden", help="check (or --update) every golden digest of the exact tier (kernels + workloads)")
     g.add_argument("--update", action="store_true")
-    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest"])
+    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest", "edges"])
     g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_golden)
@@ -32,7 +32,11 @@ def cmd_golden(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"unknown shape set(s) {', '.join(unknown)} (known: {', '.join(axes.shapes)})")
     kernels = _kernel_digests(args.update)
-    entries = golden.compute([s for name in args.shapes for s in axes.shapes[name]], args.dtypes, args.seed)
+    entries = {}
+    for name in args.shapes:  # one subprocess per shape set: each set names its workload
+        entries.update(
+            golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, axes.workloads.get(name, "plain"))
+        )
     if args.update:
         path = golden.update("exact", entries)
         console.print(f"wrote {len(entries)} digests to {path}")

@@ -1,5 +1,6 @@
 """`rlparity selftest`: the negative controls. Each deliberately wrong kernel runs as a real cell and must
-be caught (a bitwise mismatch); rl_kernel itself must pass. Proves the harness can fail."""
+be caught by the comparison it targets; rl_kernel itself must pass. `--mutations`: every mutation of the
+mutated rl_kernel build must fail the gate. Proves the harness can fail."""
 
 from __future__ import annotations
 
@@ -19,11 +20,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", default=None, help="where the control cells write (default: a temp dir)")
     s.add_argument("--only", nargs="+", default=None, help="run only these controls (none: rl_kernel itself)")
     s.add_argument("--target", default="cpu", help="run the controls on this target (cpu, or this host's GPU)")
+    s.add_argument(
+        "--mutations",
+        action="store_true",
+        help="mutation testing instead: the quick gate's representative CPU cells once per mutation of the "
+        "mutated rl_kernel build; every mutation must fail the gate (exit 1 if one passes)",
+    )
     s.set_defaults(func=cmd_selftest)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rlparity-selftest-"))
+    if args.mutations:
+        return cmd_mutations(out)
     controls = tuple(args.only) if args.only else selftest.CONTROLS
     unknown = [v for v in controls if v not in selftest.CONTROLS]
     if unknown:
@@ -34,9 +43,33 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         mark = "[green]caught[/]" if o.caught else "[red]MISSED[/]"
         if o.control == "none":
             mark = "[green]passes[/]" if o.caught else "[red]FAILS[/]"
-        console.print(f"  {o.control:15} {mark}  ({o.status}) {', '.join(o.caught_by[:3])}")
+            console.print(f"  {o.control:18} {mark}  ({o.status}) {', '.join(o.differed[:3])}")
+            return
+        console.print(
+            f"  {o.control:18} {mark}  ({o.status}) caught by: {', '.join(o.caught_by) or 'nothing'}; "
+            f"must be caught by: {', '.join(o.expected)}"
+        )
 
     outcomes = selftest.run(out, controls, on_result=show, target=args.target)
     ok = all(o.caught for o in outcomes)
     console.print(f"selftest: {'[green]every control caught[/]' if ok else '[red]a control was missed[/]'}")
     return 0 if ok else 1
+
+
+def cmd_mutations(out: Path, **kw) -> int:
+    """Each mutation must fail the gate; exit 1 if one passes (kw: a stand-in builder and names, for tests)."""
+    console.print(f"[bold]rlparity selftest --mutations[/]: the mutated rl_kernel build, in {out}")
+
+    def show(o: selftest.MutationOutcome) -> None:
+        mark = "[green]caught[/]" if o.caught else "[red]MISSED[/]"
+        console.print(
+            f"  {o.mutation:24} {mark}  (gate exit {o.code}) caught by: {', '.join(o.caught_by) or 'nothing'}"
+        )
+
+    outcomes = selftest.run_mutations(out, on_result=show, **kw)
+    missed = [o.mutation for o in outcomes if not o.caught]
+    if missed:
+        console.print(f"selftest --mutations: [red]{len(missed)} mutation(s) passed the gate[/]: {', '.join(missed)}")
+        return 1
+    console.print(f"selftest --mutations: [green]every mutation caught[/] ({len(outcomes)})")
+    return 0
