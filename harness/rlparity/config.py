@@ -120,6 +120,8 @@ def import_extra(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != module.split(".")[0]:
+            raise  # the module is there; something it imports is not
         raise ConfigError(f"{module} is not installed: pip install 'rlparity[{extra}]'") from exc
 
 

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import tomllib
 
-from rlparity import config, matrix
+from rlparity import config, images, matrix
 from rlparity.config import ConfigError, import_extra
 
 ROOT = config.REPO
@@ -127,3 +127,12 @@ def test_the_data_is_read_through_the_package_not_the_checkout():
     assert matrix.resolve_matrix_path("quick") == config.MATRICES_DIR / "quick.toml"
     assert matrix.resolve_matrix_path(str(config.MATRICES_DIR / "quick.toml")).exists()  # a path still works
     assert not (ROOT / "harness" / "matrices").exists() and not (ROOT / "harness" / "golden").exists()
+
+
+def test_building_an_image_outside_a_checkout_says_it_needs_one(monkeypatch, tmp_path):
+    """An installed wheel has no Dockerfiles or build context: `rlparity images build` says so."""
+    assert config.checkout() == ROOT
+    monkeypatch.setattr(config, "REPO", tmp_path / "site-packages")
+    assert config.checkout() is None
+    with pytest.raises(ConfigError, match="needs a checkout"):
+        images.build(client=None, name="cpu")
