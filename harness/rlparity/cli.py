@@ -20,9 +20,22 @@ import pkgutil
 import sys
 from types import ModuleType
 
-from rlparity import commands, gate
-from rlparity.config import ConfigError, EnvError
-from rlparity.ui import console
+# The console script is installed with the package, the harness's dependencies with its extra: without them,
+# say which extra to install (exit 4: this environment lacks it), not a traceback.
+HARNESS_EXTRA = {"rich", "junitparser", "pytest", "tomli"}
+try:
+    from rlparity import commands, gate
+    from rlparity.config import ConfigError, EnvError
+    from rlparity.ui import console
+except ModuleNotFoundError as exc:
+    if (exc.name or "").split(".")[0] not in HARNESS_EXTRA:
+        raise
+    print(
+        f"rlparity: {exc.name} is not installed: the harness needs the 'harness' extra: "
+        "pip install 'rlparity[harness]' (and [docker] for the docker backend, [report] for rlparity report)",
+        file=sys.stderr,
+    )
+    raise SystemExit(4) from exc
 
 ORDER = ("run", "compare", "env", "selftest", "golden", "images", "report")  # the help lists them so
 

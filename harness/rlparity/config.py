@@ -6,9 +6,11 @@ walking the table headers: good enough to point a person at the right line of a 
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +19,21 @@ if sys.version_info >= (3, 11):
 else:  # the rocm/pytorch images run Python 3.10
     import tomli as tomllib
 
+# The harness's data ships inside the package (rlparity/data/: the matrices, the images the matrices name, the
+# workloads' golden digests), so an installed wheel finds them from any directory. pip installs a wheel
+# unpacked, so the package's files are a directory on disk (`Path`, not only a Traversable).
+DATA_DIR = Path(str(resources.files("rlparity").joinpath("data")))
+MATRICES_DIR = DATA_DIR / "matrices"
+IMAGES_FILE = DATA_DIR / "images.toml"
+GOLDEN_DIR = DATA_DIR / "golden"
+# The checkout root when rlparity runs from one (editable install): only building images needs it (the
+# Dockerfiles and the build context); `checkout()` says whether this is one.
 REPO = Path(__file__).resolve().parents[2]
-MATRICES_DIR = REPO / "harness" / "matrices"
-IMAGES_FILE = REPO / "docker" / "images.toml"
-GOLDEN_DIR = REPO / "harness" / "golden"
+
+
+def checkout() -> Path | None:
+    """The repository root when rlparity runs from a checkout, else None (an installed wheel)."""
+    return REPO if (REPO / "docker" / "Dockerfile").is_file() and (REPO / "setup.py").is_file() else None
 
 
 class ConfigError(Exception):
@@ -105,6 +118,16 @@ class TomlFile:
             names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
             raise self.error(f"must be {names}, got {type(value).__name__} {value!r}", table, key, index)
         return value
+
+
+def import_extra(module: str, extra: str) -> Any:
+    """Import a dependency of one of the package's extras (docker, report), or say which extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != module.split(".")[0]:
+            raise  # the module is there; something it imports is not
+        raise EnvError(f"{module} is not installed: pip install 'rlparity[{extra}]'") from exc
 
 
 def _line_from_message(message: str) -> int | None:

@@ -1,4 +1,4 @@
-"""Committed golden digests of the bitwise suite's outputs, per tier (harness/golden/<tier>.json).
+"""Committed golden digests of the bitwise suite's outputs, per tier (harness/rlparity/data/golden/<tier>.json).
 
 The exact tier's digests are one set for every target: CPU, NVIDIA and AMD must all produce them.
 They are written from the CPU build with `rlparity golden --update` (the one update command; this module

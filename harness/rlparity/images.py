@@ -1,4 +1,5 @@
-"""docker/images.toml: the pinned base images. `rlparity images list|lock|build`.
+"""harness/rlparity/data/images.toml: the pinned base images (package data: a matrix's image axis names its
+entries). `rlparity images list|lock|build`.
 
 lock resolves each tag to its registry digest through the docker SDK (where a registry is reachable) and
 writes digest + digest_source back into the file, keeping its comments and layout. build makes the
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from rlparity.config import IMAGES_FILE, REPO, ConfigError, TomlFile
+from rlparity.config import IMAGES_FILE, REPO, ConfigError, TomlFile, checkout
 
 DOCKERFILES = {"rocm": "docker/Dockerfile", "cpu": "docker/Dockerfile.cpu"}
 
@@ -141,6 +142,9 @@ def revision() -> str:
 
 def build(client, name: str, extra_args: dict[str, str] | None = None, path: Path = IMAGES_FILE) -> str:
     """Build rlparity:<name> from its entry with the docker SDK; returns the image id."""
+    root = checkout()
+    if root is None:  # an installed wheel carries neither the Dockerfiles nor the build context
+        raise ConfigError("building an image needs a checkout of rlparity (docker/Dockerfile*, the build context)")
     images = load_images(path)
     if name not in images:
         raise ConfigError(f"unknown image {name!r} (known: {', '.join(images)})", path)
@@ -148,6 +152,6 @@ def build(client, name: str, extra_args: dict[str, str] | None = None, path: Pat
     entry = TomlFile.load(path).data["images"][name]
     args = {**build_args(image, entry, revision()), **(extra_args or {})}
     built, _logs = client.images.build(
-        path=str(REPO), dockerfile=DOCKERFILES[image.flavour], buildargs=args, tag=project_tag(name), rm=True
+        path=str(root), dockerfile=DOCKERFILES[image.flavour], buildargs=args, tag=project_tag(name), rm=True
     )
     return built.id

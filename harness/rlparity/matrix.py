@@ -1,7 +1,8 @@
 """Matrix file (TOML) -> the list of cells to run: load, validate, expand (filtering: select.py).
 
 Pure logic: no processes, no devices. The values an axis may take (targets, env profiles, shape sets)
-are data in harness/matrices/axes.toml; images come from docker/images.toml.
+are data in harness/rlparity/data/matrices/axes.toml; images come from harness/rlparity/data/images.toml
+(package data: config.py).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Matrix:
 
 # ---- loading ------------------------------------------------------------------------------------
 def resolve_matrix_path(name_or_path: str) -> Path:
-    """`--matrix quick` means harness/matrices/quick.toml; anything with a slash or .toml is a path."""
+    """`--matrix quick` means the package's data/matrices/quick.toml; anything with a slash or .toml is a path."""
     if name_or_path.endswith(".toml") or "/" in name_or_path:
         path = Path(name_or_path)
     else:

@@ -1,6 +1,6 @@
 """`--targets auto|all|LIST` and `--inventory FILE`: which targets of a matrix this run is about (pure logic).
 
-`auto` is `cpu` plus every target whose platform and arch (harness/matrices/axes.toml) match a device of
+`auto` is `cpu` plus every target whose platform and arch (harness/rlparity/data/matrices/axes.toml) match a device of
 this host's inventory, so a run on an MI300X is about cpu + gfx942 and --strict means "a required cell of
 those targets that could not run is an error". Cells of other targets are not selected (`--list --targets
 all` shows them). A synthetic inventory (the JSON `python -m rlparity.cell.inventory` prints) stands in for

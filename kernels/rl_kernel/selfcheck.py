@@ -22,8 +22,6 @@ import sys
 import time
 
 import torch
-from rich.console import Console
-from rich.table import Table
 
 import rl_kernel
 from rl_kernel import bitwise, inputs
@@ -41,6 +39,14 @@ def kind_of(check: str) -> str:
     if check.endswith("run-to-run"):
         return "run_to_run"
     return "batch"
+
+
+def _table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """A plain-text table (rl_kernel depends on torch and numpy only: no rich)."""
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    lines = [title, "  ".join(h.rjust(w) for h, w in zip(header, widths, strict=True))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join(lines)
 
 
 def outputs(case: Case, specs: tuple[OpSpec, ...]) -> dict[str, torch.Tensor]:
@@ -127,12 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.require_gpu and not gpu:
         print("selfcheck: --require-gpu, but no CUDA/ROCm device with the GPU build is available", file=sys.stderr)
         return 2
-    console = Console()
     device = torch.cuda.get_device_name() if gpu else "cpu only (no CUDA/ROCm device here)"
     devices = f"cpu + {device}" if gpu else f"{device}: nothing is compared across devices"
-    console.print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}", soft_wrap=True)
-    table = Table("vocab", "dtype", "rows", "comparisons", "mismatches", "seconds", title="bitwise self-check")
-    records = []
+    print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}", flush=True)
+    rows, records = [], []
     for vocab in (int(v) for v in args.vocabs.split(",")):
         for dtype in inputs.DTYPES:
             t0 = time.perf_counter()
@@ -140,22 +144,18 @@ def main(argv: list[str] | None = None) -> int:
             rec["seconds"] = round(time.perf_counter() - t0, 2)
             records.append(rec)
             bad = len(rec["mismatches"])
-            table.add_row(
-                str(vocab),
-                rec["dtype"],
-                str(rec["rows"]),
-                str(rec["checks"]),
-                "[green]0[/]" if not bad else f"[red]{bad}[/]",
-                f"{rec['seconds']:.2f}",
+            rows.append(
+                (str(vocab), rec["dtype"], str(rec["rows"]), str(rec["checks"]), str(bad), f"{rec['seconds']:.2f}")
             )
             for k, s in rec["mismatches"].items():
-                console.print(f"[red]MISMATCH[/] V={vocab} {rec['dtype']}: {k}: {s}")
-    console.print(table)
+                print(f"MISMATCH V={vocab} {rec['dtype']}: {k}: {s}", flush=True)
+    header = ("vocab", "dtype", "rows", "comparisons", "mismatches", "seconds")
+    print(_table("bitwise self-check", header, rows))
     failed = sum(len(r["mismatches"]) for r in records)
     totals = {kind: sum(r["by_kind"][kind] for r in records) for kind in KINDS}
     equal = {kind: totals[kind] - sum(kind_of(k) == kind for r in records for k in r["mismatches"]) for kind in KINDS}
     for line in summary_lines(gpu, totals, equal):
-        console.print(line, highlight=False, soft_wrap=True)
+        print(line)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -6,12 +6,13 @@ from pathlib import Path
 
 from rlparity import results
 from rlparity.cells import Cell
+from rlparity.config import IMAGES_FILE, MATRICES_DIR
 from rlparity.matrix import load_matrix
 from rlparity.results import CellResult
 
 ROOT = Path(__file__).resolve().parents[2]
-MATRICES = ROOT / "harness" / "matrices"
-IMAGES_TOML = ROOT / "docker" / "images.toml"
+MATRICES = MATRICES_DIR
+IMAGES_TOML = IMAGES_FILE
 D1, D2 = "1" * 64, "2" * 64  # two digests
 
 _PLATFORM = {"cpu": ("cpu", ""), "sm90": ("cuda", "sm_90")}

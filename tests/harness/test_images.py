@@ -1,4 +1,4 @@
-"""docker/images.toml through rlparity.images: --strict needs digests; `images lock` writes them back."""
+"""harness/rlparity/data/images.toml through rlparity.images: --strict needs digests; `images lock` writes them back."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import tomllib
 
 from rlparity import images
-from rlparity.config import REPO, ConfigError
+from rlparity.config import IMAGES_FILE, ConfigError
 from rlparity.images import load_images
 
 
@@ -36,7 +36,7 @@ class _FakeRegistry:
 
 def test_images_lock_writes_digests_and_their_source_keeping_comments(tmp_path):
     path = tmp_path / "images.toml"
-    shutil.copy(REPO / "docker/images.toml", path)
+    shutil.copy(IMAGES_FILE, path)
     before = path.read_text()
     ref = "rocm/pytorch:rocm6.4.1_ubuntu22.04_py3.10_pytorch_release_2.6.0"
     digest = "sha256:" + "b" * 64

@@ -106,7 +106,9 @@ def test_cli_unknown_target_is_bad_configuration(tmp_path, monkeypatch):
 def test_cli_list_prints_the_plan_and_runs_nothing(tmp_path, monkeypatch, capsys):
     """Finding: there was no dry run to see which cells a matrix and filter select."""
     monkeypatch.setattr(console, "width", 250)  # one row per line
-    code, backend = _cli(tmp_path, monkeypatch, "--list", "--targets", "all", "--filter", "profile=baseline dtype=fp32 shapes=quick")
+    code, backend = _cli(
+        tmp_path, monkeypatch, "--list", "--targets", "all", "--filter", "profile=baseline dtype=fp32 shapes=quick"
+    )
     out = squash(capsys.readouterr().out)  # rich wraps the table's cells
     assert code == gate.OK and backend.calls == [] and not (tmp_path / "res").exists()
     assert squash("local/cpu/baseline/single/fp32/quick/exact") in out and "runshere" in out

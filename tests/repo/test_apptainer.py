@@ -2,7 +2,7 @@
 
 No apptainer binary is needed: `parse_def` reads the recipe's header and sections and rejects what apptainer
 would reject or what would not be this project's image (a missing Bootstrap/From, a base that is not the
-`rlparity:<name>` of an entry in docker/images.toml, an unknown section). The negative tests feed it broken
+`rlparity:<name>` of an entry in harness/rlparity/data/images.toml, an unknown section). The negative tests feed it broken
 copies.
 """
 
@@ -38,7 +38,7 @@ class Recipe:
 
 
 def parse_def(text: str, images: dict | None = None) -> Recipe:
-    """The header keys and the sections of an Apptainer definition file, checked against docker/images.toml."""
+    """The header keys and the sections of an Apptainer definition file, checked against harness/rlparity/data/images.toml."""
     images = load_images() if images is None else images
     header: dict[str, str] = {}
     sections: dict[str, list[str]] = {}
@@ -69,7 +69,9 @@ def parse_def(text: str, images: dict | None = None) -> Recipe:
     tags = {project_tag(name): name for name in images}
     if header["bootstrap"] in {"docker-daemon", "docker"} and header["from"] not in tags:
         known = ", ".join(sorted(tags))
-        raise DefError(f"From: {header['from']} is not rlparity:<name> of an entry in docker/images.toml ({known})")
+        raise DefError(
+            f"From: {header['from']} is not rlparity:<name> of an entry in harness/rlparity/data/images.toml ({known})"
+        )
     return Recipe(header, sections)
 
 

@@ -1,5 +1,5 @@
-"""The container files, read statically: the Dockerfiles (hadolint and their contents), docker/images.toml
-and compose.yaml (parsed here, and by docker-compose v1).
+"""The container files, read statically: the Dockerfiles (hadolint and their contents), the images
+(harness/rlparity/data/images.toml) and compose.yaml (parsed here, and by docker-compose v1).
 
 hadolint and docker-compose are things CI provides (.ci/run): with CI=true their absence is a failure,
 elsewhere a skip that names what is missing. Nothing here needs a Docker engine (tests/repo/test_docker_engine.py
@@ -15,7 +15,7 @@ from pathlib import Path
 import tomllib
 import yaml
 
-from rlparity.config import REPO
+from rlparity.config import IMAGES_FILE, REPO
 from rlparity.images import load_images
 
 from tooling import find_tool, require
@@ -87,7 +87,7 @@ def test_both_dockerfiles_accept_an_extra_ca():
 
 def test_images_toml_pins_the_seed_and_a_current_rocm():
     imgs = load_images()
-    data = tomllib.loads((REPO / "docker/images.toml").read_text())["images"]
+    data = tomllib.loads(IMAGES_FILE.read_text())["images"]
     seed = [n for n, e in data.items() if e["rocm"].startswith("6.0") and e["torch"].startswith("2.2")]
     current = [n for n, e in data.items() if e["flavour"] == "rocm" and re.match(r"^(6\.4|7\.)", e["rocm"])]
     assert seed and "gfx90a" in data[seed[0]]["targets"]
@@ -110,7 +110,7 @@ def _default(value: str, var: str) -> str:
 
 def test_compose_defaults_follow_images_toml():
     services = _compose()["services"]
-    data = tomllib.loads((REPO / "docker/images.toml").read_text())["images"]
+    data = tomllib.loads(IMAGES_FILE.read_text())["images"]
     rocm = data["rocm64-torch26"]
     args = services["test"]["build"]["args"]
     assert _default(args["BASE_IMAGE"], "ROCM_BASE_IMAGE") == f"{rocm['base']}:{rocm['tag']}"

@@ -55,8 +55,7 @@ class CellContainer:
     @staticmethod
     def connect(client=None):
         """(the SDK module, a pinged client)."""
-        import docker
-
+        docker = import_extra("docker", "docker")
         client = client or docker.from_env()
         client.ping()
         return docker, client
@@ -140,8 +139,8 @@ class DockerBackend(Backend):
     def __init__(self, client=None, images: dict[str, Image] | None = None, render_gid: str | None = None) -> None:
         try:
             self._docker, self.client = CellContainer.connect(client)
-        except ImportError as exc:  # pragma: no cover - docker is a dependency
-            raise EnvError(f"the docker backend needs the docker SDK: {exc}") from exc
+        except EnvError:  # the docker SDK is not installed: the message names the extra
+            raise
         except Exception as exc:
             host = os.environ.get("DOCKER_HOST", "")
             raise EnvError(f"no Docker engine reachable (DOCKER_HOST={host!r}): {exc}") from exc

@@ -2,7 +2,8 @@
 
 The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/golden/exact/,
 written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
-(harness/golden/, owned by rlparity.golden, computed on the cell side by `python -m rlparity.cell.golden`).
+(harness/rlparity/data/golden/, owned by rlparity.golden, computed on the cell side by
+`python -m rlparity.cell.golden`).
 No test writes either: checking tests only read them."""
 
 from __future__ import annotations

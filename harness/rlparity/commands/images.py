@@ -1,4 +1,4 @@
-"""`rlparity images list|lock|build`: docker/images.toml, its digests, the project images."""
+"""`rlparity images list|lock|build`: harness/rlparity/data/images.toml, its digests, the project images."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import argparse
 from rich.table import Table
 
 from rlparity import images
-from rlparity.config import ConfigError, EnvError
+from rlparity.config import IMAGES_FILE, ConfigError, EnvError, import_extra
 from rlparity.ui import console
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    i = sub.add_parser("images", help="list docker/images.toml, lock tags to digests, build rlparity:<name>")
+    i = sub.add_parser(
+        "images", help="list the pinned images (rlparity/data/images.toml), lock tags to digests, build rlparity:<name>"
+    )
     i.add_argument("action", choices=("list", "lock", "build"))
     i.add_argument("names", nargs="*", help="image names (default for lock: all)")
     i.add_argument("--build-arg", action="append", help="KEY=VALUE passed to the image build")
@@ -22,8 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_images(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list()
-    import docker
-
+    docker = import_extra("docker", "docker")
     try:
         client = docker.from_env()
     except Exception as exc:
@@ -44,7 +45,7 @@ def cmd_images(args: argparse.Namespace) -> int:
 
 
 def _list() -> int:
-    table = Table(title="docker/images.toml")
+    table = Table(title=str(IMAGES_FILE))
     for col in ("name", "flavour", "reference", "targets"):
         table.add_column(col)
     for img in images.load_images().values():

@@ -27,7 +27,7 @@ from rlparity.ui import STYLE, console
 
 def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("run", help="run a matrix of bitwise cells and gate on the outcome")
-    r.add_argument("--matrix", default="quick", help="a name under harness/matrices or a path to a TOML file")
+    r.add_argument("--matrix", default="quick", help="a matrix name (quick, nightly) or a path to a TOML file")
     r.add_argument("--backend", default="local", choices=("local", "docker"))
     r.add_argument("--filter", default=None, help="e.g. 'target=cpu dtype=bf16|fp16 placement!=split' or a glob")
     r.add_argument("--targets", default="auto", help="auto (cpu + this host's GPUs), all, or e.g. 'cpu,gfx942'")

@@ -9,6 +9,7 @@ import io
 from collections import Counter
 from collections.abc import Sequence
 
+from rlparity.config import import_extra
 from rlparity.report.model import Entry, Report, StockDrift, is_number
 from rlparity.report.rules import match
 from rlparity.results import STATUSES
@@ -19,7 +20,8 @@ SEVERITY = {"skipped": 1, "passed": 2, "error": 3, "failed": 4}  # the heatmap s
 
 def make_plots(rep: Report) -> dict[str, bytes]:
     """PNG bytes by title; a plot with nothing to show is left out."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg  # imported late: `rlparity --help` stays fast
+    import_extra("matplotlib", "report")  # imported late: `rlparity --help` stays fast
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     def png(fig: Figure) -> bytes:
