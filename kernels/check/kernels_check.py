@@ -1,7 +1,12 @@
 """Static proof for GPU targets we cannot run: compile the exact kernels' device
-code and scan the assembly for contracted FMA and vendor math.
+code and scan the assembly for contracted FMA, vendor math and NaN-dropping max/min.
 
     python kernels/check/kernels_check.py [--only hip|cuda] [--json PATH]
+    python kernels/check/kernels_check.py --built PATH   # the device code a built library ships
+
+--built scans what ships instead of a separate compile: the AMD code objects of a
+HIP library (its .hip_fatbin section, every gfx target found) or the SASS of a CUDA
+library (cuobjdump -sass), with the same rules, kernel by kernel.
 
 HIP: clang++-19 -x hip for gfx908, gfx90a, gfx942, gfx1100 (wave32 and wave64),
 gfx1201. CUDA: nvcc -ptx for sm_90 (and SASS through cuobjdump where it exists).
@@ -16,6 +21,7 @@ import argparse
 import json
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -47,18 +53,50 @@ AMD_VENDOR_MATH = re.compile(
     r"\bv_(?:exp|log|rcp|rsq|sqrt|sin|cos)(?:_legacy)?_f32(?:_e32|_e64|_dpp|_sdwa)?\b|\bv_div_\w+|__ocml_|__ockl_"
 )
 AMD_CALL = re.compile(r"\bs_swappc_b64\b|\bs_call_b64\b")
+# The contract's max propagates NaN (numerics.h max_nan: a select on AMD). The hardware's float max/min
+# (v_max_f32, v_max3_f32, v_pk_max_f32, v_maximum*, ..., what fmaxf lowers to) return the other operand
+# for a NaN: none may appear in the exact kernels. (No current gfx target emits any: the select stays a
+# compare and a v_cndmask.) Integer and f16 forms (v_max_i32, v_max_u16, ...) are not matched.
+AMD_FLOAT_MINMAX = re.compile(
+    r"\bv_(?:pk_)?(?:max|min|max3|min3|med3|maximum|minimum|maximum3|minimum3|maxmin|minmax|maximumminimum"
+    r"|minimummaximum)(?:_num)?_f(?:32|64)(?:_e32|_e64|_dpp|_sdwa)?\b"
+)
 PTX_FMA = re.compile(r"\b(?:fma|mad)(?:\.\w+)*\.f32\b")
 # An add/sub/mul without a rounding modifier may be contracted by ptxas.
 PTX_CONTRACTIBLE = re.compile(r"\b(?:add|sub|mul)(?:\.ftz|\.sat)*\.f32\b")
+# PTX max/min without .NaN return the non-NaN operand. max_nan uses max.NaN.f32 on sm_80+ (and a select
+# before); only the NaN-dropping forms are flagged.
+PTX_FLOAT_MINMAX = re.compile(r"\b(?:max|min)(?:\.ftz)?(?:\.xorsign\.abs)?\.f32\b")
 PTX_VENDOR_MATH = re.compile(r"\b(?:ex2|lg2|rcp|rsqrt|sqrt|sin|cos)\.approx|\bdiv\.(?:approx|full)|\bcall\b")
 # HFMA2.MMA Rd, -RZ, RZ, imm is the compiler's way to load a constant, not arithmetic.
 SASS_FMA = re.compile(r"\bFFMA\b|\bHFMA2(?:\.\w+)*\s+R\d+\s*,(?!\s*-?RZ\s*,\s*RZ\b)")
 SASS_VENDOR_MATH = re.compile(r"\bMUFU\b")
+# FMNMX.NAN is max.NaN.f32 (NaN wins, as the contract's max); a plain FMNMX drops a NaN operand.
+SASS_FLOAT_MINMAX = re.compile(r"\bFMNMX(?!\S*\.NAN)(?:\.FTZ)?\b")
 # A call into a subroutine (a vendor math slow path, an outlined function) needs
 # a RET in the function's code. sm_80 code also uses CALL.REL.NOINC as a
 # structured branch with no RET anywhere; that is not flagged.
 SASS_CALL = re.compile(r"\bCALL\S*\s+\S+")
 SASS_RET = re.compile(r"\bRET\b")
+
+
+AMD_RULES = {
+    "contracted FMA": AMD_FMA,
+    "vendor math": AMD_VENDOR_MATH,
+    "call": AMD_CALL,
+    "NaN-dropping max/min": AMD_FLOAT_MINMAX,
+}
+PTX_RULES = {
+    "contracted FMA": PTX_FMA,
+    "contractible op": PTX_CONTRACTIBLE,
+    "vendor math": PTX_VENDOR_MATH,
+    "NaN-dropping max/min": PTX_FLOAT_MINMAX,
+}
+SASS_RULES = {
+    "contracted FMA": SASS_FMA,
+    "vendor math": SASS_VENDOR_MATH,
+    "NaN-dropping max/min": SASS_FLOAT_MINMAX,
+}
 
 
 def sass_calls(body: str) -> list[str]:
@@ -129,7 +167,7 @@ def check_hip(
     bodies = kernel_bodies_amd(out.read_text())
     wave = "64" if "-mwavefrontsize64" in arch_flags or not target.startswith("gfx1") else "32"
     asm = out.read_text()
-    violations = scan(bodies, {"contracted FMA": AMD_FMA, "vendor math": AMD_VENDOR_MATH, "call": AMD_CALL})
+    violations = scan(bodies, AMD_RULES)
     if f".amdhsa_wavefront_size32 {0 if wave == '64' else 1}" not in asm and "wavefront_size: 64" not in asm:
         violations.append(f"expected wave{wave} code object")
     ok = bool(bodies) and not violations
@@ -153,16 +191,14 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     if proc.returncode != 0:
         return [TargetResult(target, "nvcc", False, error=proc.stderr.strip()[-2000:])]
     bodies = ptx_bodies(ptx.read_text())
-    rules = {"contracted FMA": PTX_FMA, "contractible op": PTX_CONTRACTIBLE, "vendor math": PTX_VENDOR_MATH}
-    violations = scan(bodies, rules)
+    violations = scan(bodies, PTX_RULES)
     results = [TargetResult(f"{target}-ptx", "nvcc", bool(bodies) and not violations, len(bodies), violations)]
     if shutil.which("cuobjdump"):
         cubin = tmp / f"{target}.cubin"
         proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(source), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
-        sbodies = {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
-        sv = scan(sbodies, {"contracted FMA": SASS_FMA, "vendor math": SASS_VENDOR_MATH})
-        sv += [f"{name}: call: {c}" for name, body in sbodies.items() for c in sass_calls(body)[:3]]
+        sbodies = sass_bodies(sass)
+        sv = scan_sass(sbodies)
         results.append(
             TargetResult(
                 f"{target}-sass",
@@ -173,6 +209,201 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
                 "" if sbodies else (proc.stderr.strip()[-500:] or "no SASS functions found"),
             )
         )
+    return results
+
+
+def sass_bodies(sass: str) -> dict[str, str]:
+    """cuobjdump -sass output split into {function: body}."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
+
+
+def scan_sass(bodies: dict[str, str]) -> list[str]:
+    found = scan(bodies, SASS_RULES)
+    return found + [f"{name}: call: {c}" for name, body in bodies.items() for c in sass_calls(body)[:3]]
+
+
+# ---- --built: the device code a built library ships ------------------------------------------
+BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+COMPRESSED_MAGIC = b"CCOB"
+
+
+def find_llvm_tool(name: str) -> str | None:
+    """An LLVM tool: the versioned one (llvm-19), ROCm's (/opt/rocm/llvm/bin, in the ROCm images), or any."""
+    for v in ("19", "20", "18"):
+        for cand in (f"{name}-{v}", f"/usr/lib/llvm-{v}/bin/{name}"):
+            if shutil.which(cand):
+                return shutil.which(cand)
+    for cand in ("/opt/rocm/llvm/bin/" + name, name):
+        if shutil.which(cand):
+            return shutil.which(cand)
+    return None
+
+
+def elf_sections(path: Path) -> set[str]:
+    readelf = find_llvm_tool("llvm-readelf") or shutil.which("readelf")
+    if readelf is None:
+        raise RuntimeError("neither llvm-readelf nor readelf is installed")
+    out = run([readelf, "-S", "-W", str(path)]).stdout
+    return set(re.findall(r"\]\s+(\.\S+)", out))
+
+
+def unbundle(blob: bytes) -> list[tuple[str, bytes]]:
+    """(triple, code object) of every entry of every clang offload bundle in blob (a .hip_fatbin
+    section holds one bundle per translation unit, each aligned)."""
+    if COMPRESSED_MAGIC in blob and BUNDLE_MAGIC not in blob:
+        raise RuntimeError("compressed offload bundle (CCOB): unbundle with clang-offload-bundler first")
+    found = []
+    start = blob.find(BUNDLE_MAGIC)
+    while start >= 0:
+        pos = start + len(BUNDLE_MAGIC)
+        (count,) = struct.unpack_from("<Q", blob, pos)
+        pos += 8
+        for _ in range(count):
+            offset, size, tlen = struct.unpack_from("<QQQ", blob, pos)
+            pos += 24
+            triple = blob[pos : pos + tlen].decode()
+            pos += tlen
+            found.append((triple, blob[start + offset : start + offset + size]))
+        start = blob.find(BUNDLE_MAGIC, pos)
+    return found
+
+
+def unbundle_with_bundler(blob: Path, tmp: Path) -> list[tuple[str, bytes]]:
+    """Compressed bundles (CCOB, ROCm's --offload-compress): clang-offload-bundler --list / --unbundle."""
+    tool = find_llvm_tool("clang-offload-bundler")
+    if tool is None:
+        raise RuntimeError("compressed offload bundle and no clang-offload-bundler to unbundle it")
+    listed = run([tool, "--list", "--type=o", f"--input={blob}"])
+    found = []
+    for i, triple in enumerate(t for t in listed.stdout.split() if "amdgcn" in t):
+        out = tmp / f"unbundled{i}.co"
+        run([tool, "--unbundle", "--type=o", f"--targets={triple}", f"--input={blob}", f"--output={out}"])
+        if out.exists():
+            found.append((triple, out.read_bytes()))
+    return found
+
+
+def objdump_bodies(text: str) -> dict[str, str]:
+    """llvm-objdump -d output split into {symbol: instructions}."""
+    return {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^[0-9a-f]+ <([^>]+)>:\n(.*?)(?=^[0-9a-f]+ <|\Z)", text, re.M | re.S)
+    }
+
+
+def check_built_hip(path: Path, tmp: Path) -> list[TargetResult]:
+    objcopy, objdump = find_llvm_tool("llvm-objcopy"), find_llvm_tool("llvm-objdump")
+    if objcopy is None or objdump is None:
+        return [TargetResult("built-hip", "llvm", False, error="llvm-objcopy/llvm-objdump (llvm-19) missing")]
+    blob_path = tmp / "hip_fatbin.bin"
+    proc = run([objcopy, f"--dump-section=.hip_fatbin={blob_path}", str(path), str(tmp / "copy.o")])
+    if proc.returncode != 0 or not blob_path.exists():
+        return [TargetResult("built-hip", objcopy, False, error=proc.stderr.strip()[-1500:])]
+    results = []
+    try:
+        entries = unbundle(blob_path.read_bytes())
+    except RuntimeError:
+        entries = unbundle_with_bundler(blob_path, tmp)
+    for i, (triple, code) in enumerate(entries):
+        if not triple.startswith("hip") or "amdgcn" not in triple:
+            continue  # the host entry
+        arch = triple.rsplit("-", 1)[-1]
+        mcpu = arch.split(":")[0]
+        obj = tmp / f"code{i}-{mcpu}.o"
+        obj.write_bytes(code)
+        dis = run([objdump, "-d", f"--mcpu={mcpu}", str(obj)])
+        if dis.returncode != 0:
+            results.append(TargetResult(f"built-{arch}", objdump, False, error=dis.stderr.strip()[-1500:]))
+            continue
+        bodies = {k: v for k, v in objdump_bodies(dis.stdout).items() if k.startswith("_Z")}
+        violations = scan(bodies, AMD_RULES)
+        ok = bool(bodies) and not violations
+        results.append(
+            TargetResult(f"built-{arch}", objdump, ok, len(bodies), violations, "" if bodies else "no kernels")
+        )
+    if not results:
+        results.append(TargetResult("built-hip", objdump, False, error="no amdgcn code object in .hip_fatbin"))
+    return results
+
+
+def check_built_cuda(path: Path) -> list[TargetResult]:
+    if shutil.which("cuobjdump") is None:
+        return [TargetResult("built-cuda", "cuobjdump", False, error="cuobjdump is not installed")]
+    proc = run(["cuobjdump", "-sass", str(path)])
+    bodies = sass_bodies(proc.stdout)
+    if proc.returncode != 0 or not bodies:
+        err = proc.stderr.strip()[-1500:] or "no SASS functions found"
+        return [TargetResult("built-sass", "cuobjdump", False, error=err)]
+    # Group by architecture when cuobjdump names it per ELF ("arch = sm_90").
+    violations = scan_sass(bodies)
+    arches = sorted(set(re.findall(r"arch = (sm_\d+a?)", proc.stdout))) or ["sass"]
+    return [TargetResult(f"built-{'+'.join(arches)}", "cuobjdump", not violations, len(bodies), violations)]
+
+
+def write_bundle(entries: list[tuple[str, bytes]], align: int = 4096) -> bytes:
+    """A clang offload bundle of (triple, code object) entries, as clang-offload-bundler writes it (the
+    host entry first, empty)."""
+    entries = [("host-x86_64-unknown-linux-gnu-", b""), *entries]
+    header = len(BUNDLE_MAGIC) + 8 + sum(24 + len(t.encode()) for t, _ in entries)
+    offsets, pos = [], header
+    for _, code in entries:
+        pos = -(-pos // align) * align if code else pos
+        offsets.append(pos)
+        pos += len(code)
+    out = bytearray(BUNDLE_MAGIC + struct.pack("<Q", len(entries)))
+    for (triple, code), off in zip(entries, offsets, strict=True):
+        out += struct.pack("<QQQ", off, len(code), len(triple.encode())) + triple.encode()
+    for (_, code), off in zip(entries, offsets, strict=True):
+        out += b"\0" * (off - len(out)) + code
+    return bytes(out)
+
+
+def build_hip_fat_object(source: Path, archs: list[str], out: Path, extra: list[str] | None = None) -> Path:
+    """A host object that embeds the device code of source for archs in a .hip_fatbin section, as a HIP
+    build's objects and libraries carry it: each target compiled with the contract's flags (plus extra)
+    into a code object, bundled (write_bundle) and added to a host object with llvm-objcopy. (Used by the
+    tests of --built where no ROCm/clang-offload-bundler is installed.)"""
+    clang, objcopy = find_clang(), find_llvm_tool("llvm-objcopy")
+    if clang is None or objcopy is None:
+        raise RuntimeError("clang++-19 and llvm-objcopy-19 are needed")
+    tmp = out.parent
+    entries = []
+    for arch in archs:
+        code = tmp / f"{out.stem}-{arch}.co"
+        cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "--no-gpu-bundle-output"]
+        cmd += ["--rocm-path=/usr", "-nogpulib", "-c", *build_flags.HIP_FLAGS, *(extra or []), str(source)]
+        proc = run([*cmd, "-o", str(code)])
+        if proc.returncode != 0:
+            raise RuntimeError(proc.stderr[-2000:])
+        entries.append((f"hipv4-amdgcn-amd-amdhsa--{arch}", code.read_bytes()))
+    bundle = tmp / f"{out.stem}.hip_fatbin"
+    bundle.write_bytes(write_bundle(entries))
+    host_src = tmp / f"{out.stem}-host.cpp"
+    host_src.write_text("int rl_kernel_host_part = 0;\n")
+    host = tmp / f"{out.stem}-host.o"
+    proc = run([clang, "-c", str(host_src), "-o", str(host)])
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    add = [f"--add-section=.hip_fatbin={bundle}", "--set-section-flags=.hip_fatbin=alloc,readonly"]
+    proc = run([objcopy, *add, str(host), str(out)])
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return out
+
+
+def check_built(path: Path) -> list[TargetResult]:
+    """Scan the device code a built library (the extension _C.so, an object file) carries."""
+    if not path.is_file():
+        return [TargetResult("built", "-", False, error=f"{path} is not a file")]
+    sections = elf_sections(path)
+    results: list[TargetResult] = []
+    with tempfile.TemporaryDirectory() as d:
+        if ".hip_fatbin" in sections:
+            results += check_built_hip(path, Path(d))
+        if ".nv_fatbin" in sections or "__nv_relfatbin" in sections:
+            results += check_built_cuda(path)
+    if not results:
+        results.append(TargetResult("built", "-", False, error=f"{path}: no .hip_fatbin or .nv_fatbin section"))
     return results
 
 
@@ -188,12 +419,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["hip", "cuda"], help="check one toolchain only")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--built", type=Path, help="scan this built library's device code instead of compiling")
     args = ap.parse_args(argv)
     extra = build_flags.extra_flags()
     results: list[TargetResult] = []
     missing: list[str] = []
     optional: list[str] = []
+    if args.built is not None:
+        results = check_built(args.built)
+        extra = []
     with tempfile.TemporaryDirectory() as d:
+        if args.built is not None:
+            args.only = "none"
         tmp = Path(d)
         source = write_unit(tmp)
         if args.only in (None, "hip"):
@@ -209,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 for t, f in CUDA_TARGETS:
                     results += check_cuda(t, f, extra, tmp, source)
-    print(f"kernels-check: extra flags {extra or 'none'}")
+    what = f"built library {args.built}" if args.built is not None else f"extra flags {extra or 'none'}"
+    print(f"kernels-check: {what}")
     for r in results:
         status = "ok" if r.ok else "FAIL"
         print(f"  {r.target:<16} {r.toolchain:<16} {r.kernels:>3} kernels  {status}")

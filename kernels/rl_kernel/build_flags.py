@@ -64,3 +64,22 @@ def sources(gpu: bool, root: Path | None = None) -> list[str]:
 def check_sources() -> list[Path]:
     """Every family's ATen-free kernel instantiations (csrc/<family>/<family>_check.cu) for kernels-check."""
     return _found(CSRC, ("*/*_check.cu",))
+
+
+# Contract mutations (rl_kernel.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of
+# them behind RL_MUTATED(...) points of csrc/common (numerics.h, reduce.h) and csrc/<family>; the one to
+# apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has no code
+# for any of them. The order and spelling must match numerics.h's mutation_from_env().
+MUTATIONS = {
+    "tree_order": "the lane tree neighbours first (strides 1, 2, ..., 128) instead of 128, 64, ..., 1",
+    "flush_boundary": "flush |x| <= 2^-126 instead of |x| < 2^-126",
+    "tie_rounding": "fp16/bf16 gradients round ties up instead of to even",
+    "exp_constant": "exp_fold's E3 one ulp larger",
+    "max_no_nan": "max(a, b) = b > a ? b : a, which drops a NaN b",
+}
+MUTATION_FLAGS = ["-DRL_MUTATIONS"]
+
+
+def mutation_names() -> tuple[str, ...]:
+    """The contract mutations a mutated build (rl_kernel.mutations.build) can apply, by RL_KERNEL_MUTATION."""
+    return tuple(MUTATIONS)

@@ -66,11 +66,13 @@ def key(name: str, vocab: int, dtype: torch.dtype) -> str:
     return f"{name}/V{vocab}/{str(dtype).removeprefix('torch.')}"
 
 
-def spec_digests(spec: OpSpec, case: Case, vocab: int, dtype: torch.dtype) -> dict[str, str]:
-    """The digests of one operator on one case: its output and, if differentiable, its gradient."""
-    found = {key(spec.name, vocab, dtype): digest(spec.output(case))}
+def spec_digests(spec: OpSpec, case: Case, vocab: int, dtype: torch.dtype, name: str | None = None) -> dict[str, str]:
+    """The digests of one operator on one case: its output and, if differentiable, its gradient (keyed by
+    name, default the operator's)."""
+    name = spec.name if name is None else name
+    found = {key(name, vocab, dtype): digest(spec.output(case))}
     if spec.differentiable:
-        found[key(f"grad_{spec.name}", vocab, dtype)] = digest(spec.gradient(case))
+        found[key(f"grad_{name}", vocab, dtype)] = digest(spec.gradient(case))
     return found
 
 
@@ -79,12 +81,13 @@ def compute(family: str, device: str = "cpu") -> dict[str, str]:
     found: dict[str, str] = {}
     cases: dict[tuple, Case] = {}
     for spec in (s for s in all_specs() if s.family == family and s.in_golden):
-        for vocab in spec.golden_vocabs:
-            for dtype in inputs.DTYPES:
-                made = (spec.golden_case, vocab, dtype)
-                if made not in cases:
-                    cases[made] = spec.golden_case(vocab, dtype).to(device)
-                found.update(spec_digests(spec, cases[made], vocab, dtype))
+        for name, golden_case in spec.golden_cases():
+            for vocab in spec.golden_vocabs:
+                for dtype in inputs.DTYPES:
+                    made = (golden_case, vocab, dtype)
+                    if made not in cases:
+                        cases[made] = golden_case(vocab, dtype).to(device)
+                    found.update(spec_digests(spec, cases[made], vocab, dtype, name))
     return found
 
 

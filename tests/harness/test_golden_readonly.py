@@ -43,7 +43,8 @@ def test_checking_never_writes_a_golden_file_even_when_asked_by_env(tmp_path):
 
 
 def test_only_the_update_command_calls_the_writer():
-    """golden.update is the one writer of harness/rlparity/data/golden/; its only caller is `rlparity golden --update`."""
+    """golden.update is the one writer of harness/rlparity/data/golden/; its only caller is
+    `rlparity golden --update`."""
     callers = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -8,6 +8,7 @@ switched on (its negative control). clang 19 is installed by .ci/run, so in CI
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,3 +80,125 @@ def test_scanners_flag_what_they_should() -> None:
     assert not kernels_check.SASS_FMA.search("HFMA2.MMA R12, -RZ, RZ, 0, 0 ;")
     assert kernels_check.sass_calls("CALL.REL.NOINC 0x100 ;\nRET.REL.NODEC R20 0x0 ;")
     assert not kernels_check.sass_calls("@!P0 CALL.REL.NOINC 0x18a0 ;\nEXIT ;")
+
+
+# ---- NaN-dropping max/min (the contract's max propagates NaN) ------------------------------------
+FMAX_HIP = """#include <hip/hip_runtime.h>
+__global__ void fmax_kernel(const float* a, const float* b, float* c) {
+  int i = __builtin_amdgcn_workitem_id_x(); c[i] = fmaxf(a[i], b[i]); }
+"""
+FMAX_CUDA = """__global__ void fmax_kernel(const float* a, const float* b, float* c) {
+  int i = threadIdx.x; c[i] = fmaxf(a[i], b[i]); }
+"""
+
+
+def test_minmax_scanners() -> None:
+    amd = kernels_check.AMD_FLOAT_MINMAX
+    for bad in (
+        "v_max_f32_e32 v1, v2, v3",
+        "v_min_f32_e64 v1, v2, v3",
+        "v_max3_f32 v1, v2, v3, v4",
+        "v_pk_max_f32 v[0:1], v[2:3], v[4:5]",
+        "v_maximum3_f32 v1, v2, v3, v4",
+        "v_med3_f32 v1, v2, v3, v4",
+        "v_minimum_f32 v1, v2, v3",
+        "v_max_num_f32_e32 v1, v2, v3",
+    ):
+        assert amd.search(bad), bad
+    for ok in (
+        "v_max_i32_e32 v1, v2, v3",
+        "v_max_u32_e32 v1, v2, v3",
+        "v_cndmask_b32_e32 v1, v2, v3, vcc",
+        "v_max_u16_e32 v1, v2, v3",
+        "s_max_i32 s1, s2, s3",
+    ):
+        assert not amd.search(ok), ok
+    assert kernels_check.PTX_FLOAT_MINMAX.search("max.f32 %f1, %f2, %f3;")
+    assert kernels_check.PTX_FLOAT_MINMAX.search("min.ftz.f32 %f1, %f2, %f3;")
+    assert not kernels_check.PTX_FLOAT_MINMAX.search("max.NaN.f32 %f1, %f2, %f3;")
+    assert not kernels_check.PTX_FLOAT_MINMAX.search("max.s32 %r1, %r2, %r3;")
+    assert kernels_check.SASS_FLOAT_MINMAX.search("FMNMX R0, R1, R2, !PT ;")
+    assert kernels_check.SASS_FLOAT_MINMAX.search("FMNMX.FTZ R0, R1, R2, PT ;")
+    assert not kernels_check.SASS_FLOAT_MINMAX.search("FMNMX.NAN R0, R1, R2, !PT ;")
+
+
+@needs_clang
+def test_fmaxf_kernel_is_caught_on_amd(tmp_path: Path) -> None:
+    """Negative control: a kernel using fmaxf, compiled the way the exact kernels are, is flagged."""
+    src = tmp_path / "fmax.cu"
+    src.write_text(FMAX_HIP)
+    r = kernels_check.check_hip(CLANG, "gfx942", ["--offload-arch=gfx942"], [], tmp_path, src)
+    assert r.kernels == 1, r
+    # The max is the only violation: without the max/min rule this kernel would pass.
+    assert not r.ok and all("NaN-dropping max/min" in v for v in r.violations), r
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+def test_fmaxf_kernel_is_caught_in_ptx(tmp_path: Path) -> None:
+    src = tmp_path / "fmax.cu"
+    src.write_text(FMAX_CUDA)
+    results = kernels_check.check_cuda("sm_90", ["-arch=sm_90"], [], tmp_path, src)
+    ptx = next(r for r in results if r.target.endswith("-ptx"))
+    assert not ptx.ok and any("NaN-dropping max/min" in v for v in ptx.violations), ptx
+
+
+# ---- --built: the device code a built library ships -----------------------------------------------
+HIP_ARCHS = ["gfx942", "gfx90a"]
+
+
+def test_bundle_round_trip() -> None:
+    entries = [("hipv4-amdgcn-amd-amdhsa--gfx942", b"\x7fELF" + b"a" * 100), ("hipv4-amdgcn-amd-amdhsa--gfx90a", b"b")]
+    blob = kernels_check.write_bundle(entries)
+    two = blob + b"\0" * 7 + blob  # a section holds one bundle per translation unit
+    got = kernels_check.unbundle(two)
+    assert [t for t, _ in got] == ["host-x86_64-unknown-linux-gnu-", *(t for t, _ in entries)] * 2
+    assert [c for _, c in got][1:3] == [c for _, c in entries]
+
+
+@needs_clang
+def test_built_hip_object_clean_and_contracted_caught(tmp_path: Path) -> None:
+    """--built on a host object that embeds the exact kernels' AMD code objects (.hip_fatbin) for two
+    targets: clean with the contract's flags; with -ffp-contract=fast it fails (contracted FMA)."""
+    unit = kernels_check.write_unit(tmp_path)
+    good = kernels_check.build_hip_fat_object(unit, HIP_ARCHS, tmp_path / "good.o")
+    proc = run_check("--built", str(good))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for arch in HIP_ARCHS:
+        assert re.search(rf"built-{arch}\s+\S+\s+\d+ kernels\s+ok", proc.stdout), proc.stdout
+    assert "FAIL" not in proc.stdout
+    bad = kernels_check.build_hip_fat_object(unit, HIP_ARCHS[:1], tmp_path / "bad.o", ["-ffp-contract=fast"])
+    proc = run_check("--built", str(bad))
+    assert proc.returncode == 1, proc.stdout
+    assert "contracted FMA" in proc.stdout and "FAIL" in proc.stdout
+
+
+def test_built_rejects_a_library_without_device_code(tmp_path: Path) -> None:
+    """A CPU-only library has no device code to prove anything about: --built fails rather than passes."""
+    import rl_kernel._C as ext
+
+    proc = run_check("--built", ext.__file__)
+    assert proc.returncode == 1, proc.stdout
+    assert "no .hip_fatbin or .nv_fatbin section" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("cuobjdump") is None, reason="nvcc/cuobjdump missing")
+def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
+    """--built on an nvcc host object of the exact kernels for sm_90 (its .nv_fatbin, through cuobjdump -sass):
+    clean with --fmad=false; with --fmad=true it fails (FFMA)."""
+    unit = kernels_check.write_unit(tmp_path)
+    flags = [f for f in kernels_check.build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
+    for fmad, want in (("false", 0), ("true", 1)):
+        obj = tmp_path / f"k-{fmad}.o"
+        proc = subprocess.run(
+            ["nvcc", "-arch=sm_90", *flags, f"--fmad={fmad}", "-c", str(unit), "-o", str(obj)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        proc = run_check("--built", str(obj))
+        assert proc.returncode == want, proc.stdout
+        if want:
+            assert "contracted FMA" in proc.stdout
+        else:
+            assert "sm_90" in proc.stdout and "FAIL" not in proc.stdout

@@ -84,11 +84,16 @@ def vd_params(vocabs: tuple[int, ...] = inputs.VOCABS) -> list:
 
 
 # ---------------------------------------------------------------- batch invariance
+# GPU only: the CPU build runs every row through one per-row function (softmax_cpu.cpp's for_rows), so a
+# row's bits cannot depend on the batch there and this test could not fail on it. What is real on the CPU
+# (the glue's reshapes of 1-D and [B, T, V] inputs) is test_input_shapes_cpu below.
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize(("vocab", "dtype"), vd_params())
-def test_batch_invariance(op: str, vocab: int, dtype: torch.dtype, device: str) -> None:
+def test_batch_invariance(op: str, vocab: int, dtype: torch.dtype) -> None:
+    device = "cuda"
     x, t = case(vocab, dtype, device)
     n = x.shape[0]
     full = run(op, x, t)
@@ -103,6 +108,19 @@ def test_batch_invariance(op: str, vocab: int, dtype: torch.dtype, device: str) 
     assert_bits(
         run(op, torch.cat([xo[:2], x, xo[2:]]), torch.cat([to[:2], t, to[2:]]))[2 : 2 + n], full, "larger batch"
     )
+    x3, t3 = x.view(2, n // 2, vocab), t.view(2, n // 2)
+    assert_bits(run(op, x3, t3).reshape(full.shape), full, "[B, T, V] batch")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((1, 7, 257)))
+def test_input_shapes_cpu(op: str, vocab: int, dtype: torch.dtype) -> None:
+    """The glue's handling of 1-D and [B, T, V] inputs (rows_of, lead_shape) on the CPU build."""
+    x, t = case(vocab, dtype)
+    n = x.shape[0]
+    full = run(op, x, t)
+    for i in (0, n - 1):
+        assert_bits(run(op, x[i], t[i]), full[i], f"row {i} as a 1-D tensor")
     x3, t3 = x.view(2, n // 2, vocab), t.view(2, n // 2)
     assert_bits(run(op, x3, t3).reshape(full.shape), full, "[B, T, V] batch")
 
@@ -122,6 +140,8 @@ def _views(x: torch.Tensor, t: torch.Tensor) -> dict[str, tuple[torch.Tensor, to
         "column_major": (x.t().contiguous().t(), t),
         "strided_vocab": (wide[:, ::2], t),
         "strided_rows": (tall[::2], t.repeat_interleave(2)[::2]),
+        # GPU: rows off a 16-byte boundary take the scalar load path (test_misaligned_rows_gpu); on the
+        # CPU (one load path) this is just another strided view.
         "misaligned_rows": (padded[:, 1 : v + 1], t),
         "bt_sliced": (bt[:, :-1], tbt[:, :-1]),
         "expanded": (x[:1].expand(n, v), t[:1].expand(n)),
@@ -142,6 +162,26 @@ def test_non_contiguous(vocab: int, dtype: torch.dtype, device: str) -> None:
             (gv,) = torch.autograd.grad((run(op, gv_in, tv) * w).sum(), gv_in)
             (gc,) = torch.autograd.grad((run(op, gc_in, tc) * w).sum(), gc_in)
             assert_bits(gv, gc, f"{op} gradient, {layout}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("vocab", "dtype"), vd_params((7, 8, 255, 257, 32000)))
+def test_misaligned_rows_gpu(vocab: int, dtype: torch.dtype) -> None:
+    """GPU only (the CPU has one load path): rows starting 1, 2 and 3 elements off a 16-byte boundary (the
+    scalar loads) give the bits of the same rows aligned (16-byte vector loads), forward and gradient."""
+    x, t = case(vocab, dtype, "cuda")
+    for shift in (1, 2, 3):
+        buf = torch.zeros(x.shape[0], vocab + 8, dtype=dtype, device="cuda")
+        buf[:, shift : shift + vocab] = x
+        xm = buf[:, shift : shift + vocab]
+        assert xm.data_ptr() % 16 != 0
+        for op in OPS:
+            assert_bits(run(op, xm, t), run(op, x, t), f"{op} forward, shift {shift}")
+            w = weights(tuple(run(op, x, t).shape), 5, "cuda")
+            gm_in, ga_in = xm.detach().requires_grad_(), x.detach().requires_grad_()
+            (gm,) = torch.autograd.grad((run(op, gm_in, t) * w).sum(), gm_in)
+            (ga,) = torch.autograd.grad((run(op, ga_in, t) * w).sum(), ga_in)
+            assert_bits(gm, ga, f"{op} gradient, shift {shift}")
 
 
 # ---------------------------------------------------------------- token_logprobs == gather

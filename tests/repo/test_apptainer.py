@@ -2,8 +2,8 @@
 
 No apptainer binary is needed: `parse_def` reads the recipe's header and sections and rejects what apptainer
 would reject or what would not be this project's image (a missing Bootstrap/From, a base that is not the
-`rlparity:<name>` of an entry in harness/rlparity/data/images.toml, an unknown section). The negative tests feed it broken
-copies.
+`rlparity:<name>` of an entry in harness/rlparity/data/images.toml, an unknown section). The negative tests feed
+it broken copies.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ class Recipe:
 
 
 def parse_def(text: str, images: dict | None = None) -> Recipe:
-    """The header keys and the sections of an Apptainer definition file, checked against harness/rlparity/data/images.toml."""
+    """The header keys and the sections of an Apptainer definition file, checked against
+    harness/rlparity/data/images.toml."""
     images = load_images() if images is None else images
     header: dict[str, str] = {}
     sections: dict[str, list[str]] = {}

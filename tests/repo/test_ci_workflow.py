@@ -33,6 +33,12 @@ def test_ci_triggers_and_jobs() -> None:
     run = next(s["run"] for s in steps(amd) if "--matrix" in str(s.get("run", "")))
     # the runner's own target by name (a missing GPU errors under --strict), not a --filter workaround
     assert "--matrix quick" in run and '--targets "cpu,${GFX}"' in run and "--filter" not in run
+    # The static scan of the shipped extension runs in the image, before the gate.
+    names = [str(s.get("run", "")) for s in steps(amd)]
+    built = next(i for i, r in enumerate(names) if "kernels_check.py --built" in r)
+    gate = next(i for i, r in enumerate(names) if "--matrix" in r)
+    assert built < gate
+    assert "import rl_kernel._C" in names[built] and "docker compose run" in names[built]
 
 
 def test_ci_amd_guard_admits_trusted_events() -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from rlparity import results
 from rlparity.backends.base import VISIBILITY, Backend, cell_command, cell_env, judge, prepare_cell_dir
 from rlparity.cells import Cell
-from rlparity.config import ConfigError, EnvError
+from rlparity.config import ConfigError, EnvError, import_extra
 from rlparity.images import Image, load_images, project_tag, require_pinned
 from rlparity.inventory import Inventory
 

@@ -199,8 +199,52 @@ def check_case(vocab: int, dtype: torch.dtype, seed: int) -> Case:
     return Case(x, tok, row, elem, IGNORE)
 
 
+# Upstream gradients at the contract's boundaries: 2^-126 itself (flush keeps it), a subnormal (flushed),
+# exact ties of bf16 (1 + 2^-8: even is down) and fp16 (1 + 2^-11), and multiples of 2^-127 of both
+# signs whose partial sums cross 2^-126.
+_BOUNDARY_GRADS = (
+    2.0**-126,
+    -(2.0**-126),
+    1.0 + 2.0**-8,
+    -(1.0 + 2.0**-8),
+    1.0 + 2.0**-11,
+    -(1.0 + 2.0**-11),
+    3 * 2.0**-127,
+    2.0**-127,
+    -(2.0**-126),
+    5 * 2.0**-127,
+    -(3 * 2.0**-126),
+    2.0**-126,
+    4 + 2.0**-6,
+)
+
+
+def boundary_case(vocab: int, dtype: torch.dtype) -> Case:
+    """Golden inputs at the flush boundary, on exact fp16/bf16 ties and across 2^-126 (docs/numerics.md
+    section 7). Row 0 has one 0 among -1000 (p = 1 there, p = 0 elsewhere), so the log_softmax gradient is
+    the flushed upstream value itself off the peak and the token gradient is +-g: boundary values reach the
+    output unchanged. Row 1 is subnormals and normals near 2^-126 of both signs; row 2 a random row."""
+    peak = vocab // 2
+    x0 = torch.full((vocab,), -1000.0)
+    x0[peak] = 0.0
+    k = torch.arange(vocab)
+    near = ((k * 7) % 33 - 16).to(torch.float32) * 2.0**-128
+    sub = ((k * 2654435761) % (2**23) - 2**22).to(torch.float32) * 2.0**-149
+    x1 = torch.where(k % 2 == 0, sub, near)
+    x2 = inputs.logits(1, vocab, torch.float32, seed=vocab + 5)[0]
+    x = torch.stack([x0, x1, x2]).to(dtype)
+    t = torch.tensor([(peak + 1) % vocab, 0, IGNORE])
+    if vocab == 1:
+        t[0] = 0
+    elem = torch.tensor(_BOUNDARY_GRADS, dtype=torch.float32).repeat(3 * vocab // len(_BOUNDARY_GRADS) + 1)
+    elem = elem[: 3 * vocab].view(3, vocab)
+    row = torch.tensor([1.0 + 2.0**-8, 2.0**-126, 1.0 + 2.0**-11], dtype=torch.float32)
+    return Case(x, t, row, elem, IGNORE)
+
+
 def _spec(name: str, forward, upstream: str | None, in_golden: bool = True) -> OpSpec:
-    return OpSpec(name, FAMILY, forward, upstream, golden_case, check_case, GOLDEN_VOCABS, in_golden)
+    extra = (("boundary", boundary_case),)
+    return OpSpec(name, FAMILY, forward, upstream, golden_case, check_case, GOLDEN_VOCABS, in_golden, extra)
 
 
 SPECS = (

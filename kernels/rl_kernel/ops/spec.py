@@ -50,6 +50,12 @@ class OpSpec:
     check_case: CheckCase
     golden_vocabs: tuple[int, ...]
     in_golden: bool = True
+    # More golden inputs, each (suffix, case): digests keyed "<name>@<suffix>/V.../dtype" (and grad_...).
+    golden_extra: tuple[tuple[str, GoldenCase], ...] = ()
+
+    def golden_cases(self) -> tuple[tuple[str, GoldenCase], ...]:
+        """(name, case) of every golden input set: (name, golden_case), then ("name@suffix", case)."""
+        return ((self.name, self.golden_case), *((f"{self.name}@{sfx}", c) for sfx, c in self.golden_extra))
 
     @property
     def differentiable(self) -> bool:

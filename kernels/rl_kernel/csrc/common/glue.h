@@ -5,7 +5,11 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <atomic>
+#include <cstdlib>
+
 #include "dtypes.h"
+#include "launch.h"
 
 namespace rl {
 
@@ -81,6 +85,18 @@ template <class F, class... Rest>
 void impl_ops(torch::Library& m, const char* name, F fn, Rest... rest) {
   m.impl(name, fn);
   impl_ops(m, rest...);
+}
+
+// The cap on rows per GPU launch (launch.h): RL_KERNEL_MAX_ROWS_PER_LAUNCH when the
+// library loads, else the default; torch.ops.rl_kernel._set_max_rows_per_launch
+// changes it (tests force small caps to prove the split changes no bit).
+inline std::atomic<int64_t>& max_rows_per_launch() {
+  static std::atomic<int64_t> cap([] {
+    const char* s = std::getenv("RL_KERNEL_MAX_ROWS_PER_LAUNCH");
+    const long long v = s ? std::atoll(s) : 0;
+    return (v > 0 && v <= RL_LIMIT_MAX_ROWS_PER_LAUNCH) ? int64_t(v) : RL_DEFAULT_MAX_ROWS_PER_LAUNCH;
+  }());
+  return cap;
 }
 
 }  // namespace rl

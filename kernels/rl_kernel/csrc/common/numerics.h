@@ -14,6 +14,10 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(RL_MUTATIONS)
+#include <stdio.h>
+#include <stdlib.h>
+#endif
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define RL_HD __host__ __device__ __forceinline__
@@ -36,6 +40,60 @@
 #define RL_UNROLL_N(n) RL_UNROLL(unroll n)
 
 namespace rl {
+
+// ---- contract mutations (tests only) ------------------------------------------
+// A build with -DRL_MUTATIONS (rl_kernel.mutations) carries deliberate contract
+// violations, each behind RL_MUTATED(id); the one to apply is chosen once per
+// process from RL_KERNEL_MUTATION (unset: none, so that build gives the golden
+// bits). Without RL_MUTATIONS, RL_MUTATED(id) is the constant false: the normal
+// build has no code for any of it. The names are build_flags.mutation_names().
+#if defined(RL_MUTATIONS)
+enum Mutation : int {
+  RL_MUT_NONE = 0,
+  RL_MUT_TREE_ORDER = 1,      // lane tree neighbours first (strides 1, 2, ..., 128)
+  RL_MUT_FLUSH_BOUNDARY = 2,  // flush: |x| <= 2^-126 instead of <
+  RL_MUT_TIE_ROUNDING = 3,    // fp16/bf16 gradients: ties away (up) instead of to even
+  RL_MUT_EXP_CONSTANT = 4,    // E3 of exp_fold one ulp larger
+  RL_MUT_MAX_NO_NAN = 5,      // max(a, b) = b > a ? b : a (drops a NaN b)
+};
+
+inline int mutation_from_env() {
+  static const char* const names[] = {"", "tree_order", "flush_boundary", "tie_rounding", "exp_constant",
+                                      "max_no_nan"};
+  const char* s = getenv("RL_KERNEL_MUTATION");
+  if (s == nullptr || *s == 0) return RL_MUT_NONE;
+  for (int i = 1; i < int(sizeof(names) / sizeof(names[0])); ++i)
+    if (strcmp(s, names[i]) == 0) return i;
+  fprintf(stderr, "rl_kernel: unknown RL_KERNEL_MUTATION=%s\n", s);
+  abort();
+}
+
+// Read once per process (the first call), on the host.
+inline int host_mutation() {
+  static const int m = mutation_from_env();
+  return m;
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// The device copy; GpuExec's launch() copies host_mutation() into it once per device.
+static __device__ int rl_mutation_device = 0;
+#endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+__host__ __device__ inline int mutation() {
+#else
+inline int mutation() {
+#endif
+#if defined(__HIP_DEVICE_COMPILE__) || defined(__CUDA_ARCH__)
+  return rl_mutation_device;
+#else
+  return host_mutation();
+#endif
+}
+#define RL_MUTATED(id) (::rl::mutation() == ::rl::id)
+#else
+#define RL_MUTATED(id) false
+#endif
 
 // ---- constants (hex floats: exact) -----------------------------------------
 constexpr float RL_LOG2E = 0x1.715476p+0f;      // 1/ln2 rounded to binary32
@@ -98,14 +156,45 @@ RL_HD float neg_inf() { return float_of(0xff800000u); }
 // |x| by clearing the sign bit: exact, no libm.
 RL_HD float abs_of(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
 
-// Results below 2^-126 in magnitude (subnormals, -0.0) become +0.0, so the
-// hardware's denormal mode (FTZ/DAZ or IEEE gradual underflow) cannot show.
-RL_HD float flush(float x) { return abs_of(x) < RL_MIN_NORMAL ? 0.0f : x; }
+// Values below 2^-126 in magnitude (subnormals, -0.0) become +0.0. Every input is
+// flushed when loaded, and every result that can be subnormal is flushed before it
+// is used or stored, so the hardware's denormal mode (FTZ/DAZ or IEEE gradual
+// underflow) cannot show (docs/numerics.md section 7). A subnormal operand compares
+// as zero under DAZ and as itself otherwise: either way it is below 2^-126.
+RL_HD float flush(float x) {
+  if (RL_MUTATED(RL_MUT_FLUSH_BOUNDARY)) return abs_of(x) <= RL_MIN_NORMAL ? 0.0f : x;
+  return abs_of(x) < RL_MIN_NORMAL ? 0.0f : x;
+}
+
+// A partial sum of a plain sum. Operands are normal or zero (flushed), so a + b is
+// exact whenever it is below 2^-126: only the flush can differ between modes, and
+// it is done here.
+RL_HD float add_flush(float a, float b) { return flush(a + b); }
+
+// flush(a * b) that no denormal mode can change: the exact product rounded to nearest
+// even to 24 significant bits as if the exponent range were unbounded, +0.0 if that
+// is below 2^-126. (A plain a * b whose exact value lies just below 2^-126 rounds up
+// to 2^-126 in IEEE mode, and to zero on FTZ hardware that detects tininess before
+// rounding, or after rounding to 24 bits in [2^-126 - 2^-150, 2^-126 - 2^-151).)
+// a and b are normal, zero, inf or NaN (flushed). A product above 2^-126 is
+// returned as is; otherwise the smaller operand (|lo| <= 2^-62.5) is scaled by 2^64
+// (exact), the product rounded far from the subnormal range, and scaled back
+// (exact) or flushed.
+RL_HD float mul_flush(float a, float b) {
+  const float r = a * b;
+  if (abs_of(r) > RL_MIN_NORMAL) return r;
+  const bool a_lo = abs_of(a) < abs_of(b);
+  const float lo = a_lo ? a : b;
+  const float hi = a_lo ? b : a;
+  const float q = (lo * 0x1p64f) * hi;
+  return abs_of(q) < 0x1p-62f ? 0.0f : q * 0x1p-64f;
+}
 
 // NaN-propagating maximum: a NaN operand wins (which NaN is unspecified). For
 // max(-0, +0) either zero may come back; no output depends on it
 // (docs/numerics.md, "signed zero").
 RL_HD float max_nan(float a, float b) {
+  if (RL_MUTATED(RL_MUT_MAX_NO_NAN)) return (b > a) ? b : a;
 #if defined(RL_DEVICE_PASS) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   float r;  // one FMNMX.NAN; the select below compiles to three instructions
   asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
@@ -136,6 +225,7 @@ RL_HD float from_f16_bits(uint16_t h) {
 RL_HD uint16_t to_bf16_bits(float x) {
   const uint32_t u = bits_of(x);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+  if (RL_MUTATED(RL_MUT_TIE_ROUNDING)) return uint16_t((u + 0x8000u) >> 16);
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
@@ -147,6 +237,7 @@ RL_HD uint16_t to_f16_bits(float x) {
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 rounds to inf
   if (a >= 0x38800000u) {                                  // a normal binary16
     const uint32_t r = a - 0x38000000u;                    // exponent bias 127 -> 15
+    if (RL_MUTATED(RL_MUT_TIE_ROUNDING)) return uint16_t(sign | ((r + 0x1000u) >> 13));
     return uint16_t(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
   }
   // Subnormal binary16: rint(|x| * 2^24); the scaling is exact and the result < 2^10.
@@ -174,7 +265,7 @@ RL_HD float exp_fold(float d) {
   const float f = y - k;
   float p = RL_E5;
   p = RL_E4 + f * p;
-  p = RL_E3 + f * p;
+  p = (RL_MUTATED(RL_MUT_EXP_CONSTANT) ? float_of(bits_of(RL_E3) + 1u) : RL_E3) + f * p;
   p = RL_E2 + f * p;
   p = RL_E1 + f * p;
   p = 1.0f + f * p;

@@ -34,6 +34,12 @@ RL_HD float chunk_sum(const float v[RL_CHUNK]) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
+// The pairwise sum of a plain sum's chunk, every partial sum flushed.
+RL_HD float chunk_sum_flushed(const float v[RL_CHUNK]) {
+  return add_flush(add_flush(add_flush(v[0], v[1]), add_flush(v[2], v[3])),
+                   add_flush(add_flush(v[4], v[5]), add_flush(v[6], v[7])));
+}
+
 // Fold one chunk into a lane's accumulator. Elements past the row end are -inf.
 RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
   float cm = x[0];
@@ -92,22 +98,29 @@ RL_HD float lane_sum(const Term& term, int64_t V, int t) {
   RL_UNROLL_N(RL_LANE_UNROLL)
   for (int c = t; c < nfull; c += RL_LANES) {
     term(c, v, true);
-    s = s + chunk_sum(v);
+    s = add_flush(s, chunk_sum_flushed(v));
   }
   if (has_tail(V) && nfull % RL_LANES == t) {
     term(nfull, v, false);
-    s = s + chunk_sum(v);
+    s = add_flush(s, chunk_sum_flushed(v));
   }
   return s;
 }
 
 // One level of the lane tree, for lane t < stride.
 RL_HD void tree_step(Acc* p, int t, int stride) { p[t] = combine(p[t], p[t + stride]); }
-RL_HD void tree_step(float* p, int t, int stride) { p[t] = p[t] + p[t + stride]; }
+RL_HD void tree_step(float* p, int t, int stride) { p[t] = add_flush(p[t], p[t + stride]); }
 
 // Host form of the tree (the GPU runs the same steps with a barrier per level).
 template <class P>
 inline P host_tree(P* partials) {
+#if defined(RL_MUTATIONS)
+  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {  // neighbours first: a wrong order
+    for (int stride = 1; stride < RL_LANES; stride <<= 1)
+      for (int t = 0; t < RL_LANES; t += 2 * stride) tree_step(partials, t, stride);
+    return partials[0];
+  }
+#endif
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1)
     for (int t = 0; t < stride; ++t) tree_step(partials, t, stride);
   return partials[0];

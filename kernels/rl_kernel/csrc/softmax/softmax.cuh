@@ -38,6 +38,10 @@ RL_HD float entropy_term(float lp) {
   return (p == 0.0f) ? 0.0f : flush(p * (0.0f - lp));
 }
 
+// Row statistics as the backward loads them (from the forward, or from a caller):
+// flushed like every input.
+RL_HD RowStats load_stats(const float* p) { return RowStats{flush(p[0]), flush(p[1]), flush(p[2])}; }
+
 // Element-by-element chunk loader; -inf past the row end.
 template <class D>
 struct ScalarChunks {
@@ -62,9 +66,10 @@ RL_HD float token_logprob(const typename D::storage* row, int64_t V, int64_t tok
 
 RL_HD float canonical(float x) { return (x != x) ? canonical_nan() : x; }
 
-// d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j).
+// d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j); g_j and out_j flushed when
+// loaded, gsum the flushed sum (FlushedTerms).
 RL_HD float log_softmax_grad(float g, float out, float gsum) {
-  return canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)));
+  return canonical(flush(flush(g) - mul_flush(exp_flushed(flush(out)), gsum)));
 }
 
 // d token_logprob: g * ([j == tok] - p_j); 0 for ignore_index, NaN for an id
@@ -72,14 +77,14 @@ RL_HD float log_softmax_grad(float g, float out, float gsum) {
 RL_HD float token_logprob_grad(float g, float lp, int64_t j, int64_t tok, int64_t V, int64_t ignore_index) {
   if (tok == ignore_index) return 0.0f;
   if (tok < 0 || tok >= V) return canonical_nan();
-  return canonical(flush(g * ((j == tok ? 1.0f : 0.0f) - exp_flushed(lp))));
+  return canonical(mul_flush(flush(g), (j == tok ? 1.0f : 0.0f) - exp_flushed(lp)));
 }
 
-// d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0.
+// d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0; g and H flushed when loaded.
 RL_HD float entropy_grad(float g, float lp, float H) {
   const float p = exp_flushed(lp);
-  const float w = (p == 0.0f) ? 0.0f : flush(p * (0.0f - (lp + H)));
-  return canonical(flush(g * w));
+  const float w = (p == 0.0f) ? 0.0f : mul_flush(p, 0.0f - add_flush(lp, flush(H)));
+  return canonical(mul_flush(flush(g), w));
 }
 
 // ============================ CPU reference ==================================
@@ -193,8 +198,8 @@ struct VecChunks {
   __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
     const float4 a = *reinterpret_cast<const float4*>(p);
     const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
+    x[0] = flush(a.x); x[1] = flush(a.y); x[2] = flush(a.z); x[3] = flush(a.w);
+    x[4] = flush(b.x); x[5] = flush(b.y); x[6] = flush(b.z); x[7] = flush(b.w);
   }
 };
 
@@ -214,6 +219,18 @@ __device__ __forceinline__ RowStats block_stats(const typename D::storage* row, 
   sm[t] = a.m;
   ss[t] = a.s;
   RL_SYNC();
+#if defined(RL_MUTATIONS)
+  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {  // neighbours first: a wrong order
+    for (int stride = 1; stride < RL_LANES; stride <<= 1) {
+      if (t % (2 * stride) == 0) {
+        const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
+        sm[t] = r.m;
+        ss[t] = r.s;
+      }
+      RL_SYNC();
+    }
+  } else
+#endif
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
     if (t < stride) {
       const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
@@ -233,6 +250,14 @@ __device__ __forceinline__ float block_sum(const Term& term, int64_t V) {
   const int t = RL_TID;
   sp[t] = lane_sum(term, V, t);
   RL_SYNC();
+#if defined(RL_MUTATIONS)
+  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {
+    for (int stride = 1; stride < RL_LANES; stride <<= 1) {
+      if (t % (2 * stride) == 0) tree_step(sp, t, stride);
+      RL_SYNC();
+    }
+  } else
+#endif
   for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
     if (t < stride) tree_step(sp, t, stride);
     RL_SYNC();
@@ -252,15 +277,15 @@ __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    row_stats_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
-  const int64_t r = RL_ROW;
+    row_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t V, float* stats) {
+  const int64_t r = row0 + RL_ROW;
   store_stats(stats, r, block_stats<D>(x + r * row_stride, V));
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    log_softmax_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
-  const int64_t r = RL_ROW;
+    log_softmax_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t V, float* out) {
+  const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats<D>(row, V);
   float* orow = out + r * V;
@@ -269,9 +294,9 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    token_logprobs_kernel(const typename D::storage* x, int64_t row_stride, int64_t V,
+    token_logprobs_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t V,
                           const int64_t* tokens, int64_t ignore_index, float* out, float* stats) {
-  const int64_t r = RL_ROW;
+  const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats<D>(row, V);
   store_stats(stats, r, st);
@@ -280,9 +305,9 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    entropy_kernel(const typename D::storage* x, int64_t row_stride, int64_t V, float* out,
+    entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t V, float* out,
                    float* stats) {
-  const int64_t r = RL_ROW;
+  const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats<D>(row, V);
   store_stats(stats, r, st);
@@ -292,8 +317,8 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 
 template <class O>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    log_softmax_backward_kernel(const float* g, const float* out, int64_t V, typename O::storage* gin) {
-  const int64_t r = RL_ROW;
+    log_softmax_backward_kernel(int64_t row0, const float* g, const float* out, int64_t V, typename O::storage* gin) {
+  const int64_t r = row0 + RL_ROW;
   const float* grow = g + r * V;
   const float* orow = out + r * V;
   const float gsum = block_sum(FlushedTerms{grow, V}, V);
@@ -303,12 +328,12 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    token_logprobs_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
+    token_logprobs_backward_kernel(int64_t row0, const float* g, const typename D::storage* x, int64_t row_stride,
                                    int64_t V, const int64_t* tokens, const float* stats,
                                    int64_t ignore_index, typename D::storage* gin) {
-  const int64_t r = RL_ROW;
+  const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const RowStats st = load_stats(stats + 3 * r);
   const int64_t tok = tokens[r];
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(token_logprob_grad(g[r], logprob(D::load(row, i), st), i, tok, V, ignore_index));
@@ -316,11 +341,11 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
-    entropy_backward_kernel(const float* g, const typename D::storage* x, int64_t row_stride,
+    entropy_backward_kernel(int64_t row0, const float* g, const typename D::storage* x, int64_t row_stride,
                             int64_t V, const float* stats, const float* H, typename D::storage* gin) {
-  const int64_t r = RL_ROW;
+  const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const RowStats st = load_stats(stats + 3 * r);
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(entropy_grad(g[r], logprob(D::load(row, i), st), H[r]));
 }

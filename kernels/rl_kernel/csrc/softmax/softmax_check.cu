@@ -13,17 +13,17 @@
 namespace rl {
 
 #define RL_INSTANTIATE_SOFTMAX(D)                                                                                \
-  template __global__ void row_stats_kernel<D>(const D::storage*, int64_t, int64_t, float*);            \
-  template __global__ void log_softmax_kernel<D>(const D::storage*, int64_t, int64_t, float*);          \
-  template __global__ void token_logprobs_kernel<D>(const D::storage*, int64_t, int64_t, const int64_t*, \
+  template __global__ void row_stats_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, float*);            \
+  template __global__ void log_softmax_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, float*);          \
+  template __global__ void token_logprobs_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, const int64_t*, \
                                                     int64_t, float*, float*);                            \
-  template __global__ void entropy_kernel<D>(const D::storage*, int64_t, int64_t, float*, float*);      \
-  template __global__ void token_logprobs_backward_kernel<D>(const float*, const D::storage*, int64_t,   \
+  template __global__ void entropy_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, float*, float*);      \
+  template __global__ void token_logprobs_backward_kernel<D>(int64_t, const float*, const D::storage*, int64_t,   \
                                                              int64_t, const int64_t*, const float*,     \
                                                              int64_t, D::storage*);                     \
-  template __global__ void entropy_backward_kernel<D>(const float*, const D::storage*, int64_t, int64_t, \
+  template __global__ void entropy_backward_kernel<D>(int64_t, const float*, const D::storage*, int64_t, int64_t, \
                                                       const float*, const float*, D::storage*);     \
-  template __global__ void log_softmax_backward_kernel<D>(const float*, const float*, int64_t, D::storage*);
+  template __global__ void log_softmax_backward_kernel<D>(int64_t, const float*, const float*, int64_t, D::storage*);
 
 RL_INSTANTIATE_SOFTMAX(F32)
 RL_INSTANTIATE_SOFTMAX(BF16)

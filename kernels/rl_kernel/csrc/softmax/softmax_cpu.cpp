@@ -23,7 +23,7 @@ void put_stats(float* p, RowStats st) {
   p[2] = st.log_s;
 }
 
-RowStats get_stats(const float* p) { return RowStats{p[0], p[1], p[2]}; }
+RowStats get_stats(const float* p) { return load_stats(p); }
 
 struct CpuExec {
   struct Guard {

@@ -9,12 +9,41 @@
 namespace rl {
 namespace {
 
+#if defined(RL_MUTATIONS)
+#if defined(USE_ROCM)
+#define RL_SYMBOL(x) HIP_SYMBOL(x)
+#else
+#define RL_SYMBOL(x) x
+#endif
+// The mutation build (rl_kernel.mutations) only: the selector, read once on the host,
+// copied to each device before its first launch.
+void sync_mutation() {
+  static std::atomic<bool> done[64];  // static storage: all false
+  int dev = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64 || done[dev].load()) return;
+  const int m = host_mutation();
+  C10_CUDA_CHECK(cudaMemcpyToSymbol(RL_SYMBOL(rl_mutation_device), &m, sizeof m));
+  done[dev] = true;
+}
+#endif
+
+// One block per row, in launches of at most max_rows_per_launch() rows (launch.h):
+// launch i runs rows launch_first_row(i) ..., passed to the kernel as row0.
 template <class Kernel, class... Args>
 void launch(Kernel kernel, int64_t rows, Args... args) {
   if (rows == 0) return;
-  TORCH_CHECK(rows <= 2147483647, "rl_kernel: too many rows for one launch: ", rows);
-  kernel<<<dim3(static_cast<unsigned>(rows)), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(args...);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+#if defined(RL_MUTATIONS)
+  sync_mutation();
+#endif
+  const int64_t cap = max_rows_per_launch().load();
+  const int64_t n = launch_count(rows, cap);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t first = launch_first_row(i, cap);
+    const unsigned blocks = static_cast<unsigned>(launch_rows(rows, cap, i));
+    kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first, args...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 }
 
 struct GpuExec {
