@@ -82,6 +82,9 @@ ACROSS = {"profile": ACROSS_PROFILES, "placement": ACROSS_PLACEMENTS}
 # (its last line). The mutation names come from rl_kernel.build_flags.mutation_names().
 MUTATION_BUILDER = ("-m", "rl_kernel.mutations", "build")
 MUTATION_NAMES = ("-c", "import json, rl_kernel.build_flags as b; print(json.dumps(list(b.mutation_names())))")
+# Mutations no output can show, each with the guard that stands in (rl_kernel.build_flags.EQUIVALENT_MUTATIONS):
+# one that passes the gate is reported as equivalent, not missed; a test keeps this equal to the kernel's.
+EQUIVALENT_MUTATIONS = {"max_no_nan": "kernels_check's NaN-dropping max/min rule (no output can show it)"}
 # The representative cells (baseline profile, single placement): every dtype of these shape sets...
 MUTATION_SHAPES = ("edges",)
 MUTATION_PLAIN = ("quick", "fp32")  # ...plus one cell of the plain quick shapes
@@ -205,10 +208,20 @@ class MutationOutcome:
     def caught(self) -> bool:
         return self.code == gate.MISMATCH
 
+    @property
+    def equivalent(self) -> str:
+        """The guard of a mutation no output can show ('' for the others)."""
+        return EQUIVALENT_MUTATIONS.get(self.mutation, "")
 
-def build_mutated_library(builder: Sequence[str] | None = None) -> Path:
-    """The mutated rl_kernel library, from the kernel engineer's builder (its path: stdout's last line)."""
-    argv = list(builder) if builder is not None else [sys.executable, *MUTATION_BUILDER]
+    @property
+    def ok(self) -> bool:
+        return self.caught or (bool(self.equivalent) and self.code == gate.OK)
+
+
+def build_mutated_library(builder: Sequence[str] | None = None, gpu: bool = False) -> Path:
+    """The mutated rl_kernel library (with its CUDA/HIP kernels when `gpu`), from rl_kernel's builder (its
+    path: stdout's last line)."""
+    argv = list(builder) if builder is not None else [sys.executable, *MUTATION_BUILDER, *(["--gpu"] if gpu else [])]
     proc = subprocess.run(argv, capture_output=True, text=True)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not Path(lines[-1].strip()).is_file():
@@ -232,19 +245,19 @@ def mutation_names(names_cmd: Sequence[str] | None = None) -> list[str]:
     return names
 
 
-def mutation_cells(matrix: str = "quick") -> list[Cell]:
-    """The quick gate's representative CPU cells: baseline, single placement; each dtype of the edges
+def mutation_cells(matrix: str = "quick", target: str = "cpu") -> list[Cell]:
+    """The quick gate's representative cells of `target`: baseline, single placement; each dtype of the edges
     shapes and the fp32 cell of the quick shapes."""
     picked = [
         c
         for c in load_matrix(matrix).cells
-        if c.target == "cpu"
+        if c.target == target
         and c.profile == "baseline"
         and c.placement == "single"
         and (c.shapes in MUTATION_SHAPES or (c.shapes, c.dtype) == MUTATION_PLAIN)
     ]
     if not picked:
-        raise ConfigError(f"the {matrix} matrix has no baseline/single CPU cell of {', '.join(MUTATION_SHAPES)}")
+        raise ConfigError(f"the {matrix} matrix has no baseline/single {target} cell of {', '.join(MUTATION_SHAPES)}")
     return picked
 
 
@@ -254,17 +267,23 @@ def run_mutations(
     names: Sequence[str] | None = None,
     cells: list[Cell] | None = None,
     on_result: Callable[[MutationOutcome], None] | None = None,
+    target: str = "cpu",
 ) -> list[MutationOutcome]:
-    """Every mutation's gate over the representative cells, the mutated library and the mutation set in
-    each cell's env (as fma-build sets RL_KERNEL_LIBRARY)."""
-    library = build_mutated_library(builder)
-    names = list(names) if names is not None else mutation_names()
-    cells = cells if cells is not None else mutation_cells()
+    """Every mutation's gate over the representative cells of `target` (cpu, or this host's GPU target), the
+    mutated library and the mutation set in each cell's env (as fma-build sets RL_KERNEL_LIBRARY)."""
+    cells = cells if cells is not None else mutation_cells(target=target)
+    gpu = any(c.platform != "cpu" for c in cells)
     backend = LocalBackend()
+    if gpu:
+        reason = skip_reason(cells[0], backend.probe())
+        if reason:
+            raise ConfigError(f"selftest --mutations --target {target}: {reason}")
+    library = build_mutated_library(builder, gpu=gpu)
+    names = list(names) if names is not None else mutation_names()
     outcomes = []
     for name in names:
         env = {"RL_KERNEL_LIBRARY": str(library), "RL_KERNEL_MUTATION": name}
-        got = [_mutated_cell(backend, c, out / name / c.dirname, env) for c in cells]
+        got = [_mutated_cell(backend, c, out / name / c.dirname, env, gpu) for c in cells]
         verdict = gate.decide(got)
         by = sorted(
             {k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set())
@@ -275,7 +294,7 @@ def run_mutations(
     return outcomes
 
 
-def _mutated_cell(backend: LocalBackend, cell: Cell, out: Path, env: dict[str, str]) -> results.CellResult:
-    res = backend.run_cell(cell, [], out, "none", env)
+def _mutated_cell(backend: LocalBackend, cell: Cell, out: Path, env: dict[str, str], gpu: bool) -> results.CellResult:
+    res = backend.run_cell(cell, [0] if gpu else [], out, "none", env)
     results.write(res, out)
     return res

@@ -77,6 +77,10 @@ MUTATIONS = {
     "exp_constant": "exp_fold's E3 one ulp larger",
     "max_no_nan": "max(a, b) = b > a ? b : a, which drops a NaN b",
 }
+# Mutations no output can show, with what guards them instead. max_no_nan: a NaN in a row makes its sum of
+# exps NaN whatever the max does, so the row is the canonical NaN either way; kernels_check's NaN-dropping
+# max/min rule is its guard (on every target's assembly).
+EQUIVALENT_MUTATIONS = {"max_no_nan": "kernels_check's NaN-dropping max/min rule (no output can show it)"}
 MUTATION_FLAGS = ["-DRL_MUTATIONS"]
 
 

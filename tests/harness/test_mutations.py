@@ -4,7 +4,7 @@ through fails selftest; a caught one names the comparisons that caught it."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -75,9 +75,50 @@ def test_a_builder_that_fails_is_bad_configuration(tmp_path):
     assert selftest.mutation_names([sys.executable, "-c", 'print(\'["a", "b"]\')']) == ["a", "b"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("rl_kernel.mutations") is not None, reason="the real builder exists")
-def test_the_default_builder_is_the_kernel_engineers_module():
-    """The one command (selftest.MUTATION_BUILDER): until rl_kernel.mutations exists it fails, naming it."""
+def test_the_builder_is_rl_kernels_and_gpu_cells_ask_for_the_gpu_build(monkeypatch):
+    """The one command (selftest.MUTATION_BUILDER) is rl_kernel's builder; a GPU target adds --gpu."""
     assert selftest.MUTATION_BUILDER == ("-m", "rl_kernel.mutations", "build")
-    with pytest.raises(ConfigError, match=r"rl_kernel\.mutations"):
-        selftest.build_mutated_library()
+    seen = []
+
+    def fake_run(argv, **kw):
+        seen.append(argv)
+        raise SystemExit("stop")
+
+    monkeypatch.setattr(selftest.subprocess, "run", fake_run)
+    for gpu in (False, True):
+        with pytest.raises(SystemExit):
+            selftest.build_mutated_library(gpu=gpu)
+    assert seen[0][1:] == ["-m", "rl_kernel.mutations", "build"] and seen[1][-1] == "--gpu"
+
+
+def test_the_equivalent_mutations_are_the_kernels():
+    """The host's copy (it never imports rl_kernel) equals rl_kernel.build_flags.EQUIVALENT_MUTATIONS."""
+    from rl_kernel import build_flags
+
+    assert selftest.EQUIVALENT_MUTATIONS == build_flags.EQUIVALENT_MUTATIONS
+    assert set(selftest.EQUIVALENT_MUTATIONS) <= set(build_flags.mutation_names())
+
+
+def test_an_equivalent_mutation_that_passes_is_reported_with_its_guard(tmp_path, capsys, monkeypatch):
+    """No output can show max_no_nan: passing the gate is then 'equivalent' with the guard named, not a miss;
+    an ordinary mutation passing is still a miss."""
+    monkeypatch.setattr(selftest, "EQUIVALENT_MUTATIONS", {"no-op": "a static rule"})
+    code = cmd_mutations(
+        tmp_path, builder=stand_in_builder(_built_library()), names=["no-op"], cells=[edges_fp32_cell()]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "equivalent" in out and "a static rule" in out
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true" and not os.environ.get("RL_KERNEL_TEST_MUTATIONS"),
+                    reason="builds the mutated rl_kernel and runs 20 cells (minutes): CI=true or "
+                    "RL_KERNEL_TEST_MUTATIONS=1")  # fmt: skip
+def test_every_real_mutation_fails_the_quick_gate(tmp_path, capsys):
+    """The real thing: rl_kernel's mutated build, every mutation over the quick gate's representative CPU
+    cells. Each must fail the gate (exit 1), but the equivalent ones, which must pass and name their guard."""
+    code = cmd_mutations(tmp_path)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for name in ("tree_order", "flush_boundary", "tie_rounding", "exp_constant"):
+        assert f"{name}" in out
+    assert out.count("caught  (gate exit 1)") == 4, out

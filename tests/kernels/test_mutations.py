@@ -17,7 +17,7 @@ import pytest
 
 from rl_kernel import build_flags, mutations
 
-SEEN = [m for m in build_flags.mutation_names() if m != "max_no_nan"]
+SEEN = [m for m in build_flags.mutation_names() if m not in build_flags.EQUIVALENT_MUTATIONS]
 # Building the mutated library takes minutes: skip unless asked for, or in CI.
 RUN = os.environ.get("RL_KERNEL_TEST_MUTATIONS") == "1" or os.environ.get("CI") == "true"
 needs_build = pytest.mark.skipif(not RUN, reason="set RL_KERNEL_TEST_MUTATIONS=1 (builds the mutated library)")

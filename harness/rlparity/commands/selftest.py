@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_selftest(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="rlparity-selftest-"))
     if args.mutations:
-        return cmd_mutations(out)
+        return cmd_mutations(out, target=args.target)
     controls = tuple(args.only) if args.only else selftest.CONTROLS
     unknown = [v for v in controls if v not in selftest.CONTROLS]
     if unknown:
@@ -61,15 +61,25 @@ def cmd_mutations(out: Path, **kw) -> int:
     console.print(f"[bold]rlparity selftest --mutations[/]: the mutated rl_kernel build, in {out}")
 
     def show(o: selftest.MutationOutcome) -> None:
+        if o.equivalent and not o.caught:
+            mark = "[yellow]equivalent[/]" if o.ok else "[red]ERROR[/]"
+            console.print(
+                f"  {o.mutation:24} {mark}  (gate exit {o.code}) no output can show it; guard: {o.equivalent}"
+            )
+            return
         mark = "[green]caught[/]" if o.caught else "[red]MISSED[/]"
         console.print(
             f"  {o.mutation:24} {mark}  (gate exit {o.code}) caught by: {', '.join(o.caught_by) or 'nothing'}"
         )
 
     outcomes = selftest.run_mutations(out, on_result=show, **kw)
-    missed = [o.mutation for o in outcomes if not o.caught]
+    missed = [o.mutation for o in outcomes if not o.ok]
     if missed:
         console.print(f"selftest --mutations: [red]{len(missed)} mutation(s) passed the gate[/]: {', '.join(missed)}")
         return 1
-    console.print(f"selftest --mutations: [green]every mutation caught[/] ({len(outcomes)})")
+    equivalent = sum(bool(o.equivalent) and not o.caught for o in outcomes)
+    console.print(
+        f"selftest --mutations: [green]every mutation caught[/] ({len(outcomes) - equivalent} caught"
+        + (f", {equivalent} equivalent and guarded statically)" if equivalent else ")")
+    )
     return 0

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One device call for a change of the kernels or the gate: build the CUDA extension, then every GPU-side
+# proof of the round, each step logged under $OUT with its exit status and time:
+#   the shipped build's SASS scanned (kernels_check --built), CPU == GPU bits (selfcheck, golden --device
+#   cuda), the kernels' tests on the GPU (cuda params, gpu-marked: launch splits, misaligned rows, FTZ), the
+#   quick gate on cpu + sm90 (edges cells included), selftest's controls and the mutations on sm90, timings.
+# Usage (from the repository root on the GPU machine): bash bench/h200_round.sh "$OUT" [STEP...]
+# junitparser travels as a wheel in .whl/ (no network there); STEPs default to all.
+set -u
+out=${1:-out}
+shift || true
+steps=${*:-"scan parity golden pytest quick selftest mutations bench"}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+export PYTHONPATH=$PWD/kernels:$PWD/harness
+if ! python3 -c 'import junitparser' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
+{
+  date -u +%FT%TZ
+  git rev-parse HEAD 2>/dev/null || echo "commit: unknown"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  nvcc --version | tail -1
+} > "$out/env.txt" 2>&1
+cat "$out/env.txt"
+if ! ls kernels/rl_kernel/_C*.so >/dev/null 2>&1; then
+  t0=$(date +%s)
+  python3 setup.py build_ext --inplace > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$out/progress.txt"
+fi
+so=$(ls kernels/rl_kernel/_C*.so)
+
+step() {  # name, command...: the log under $OUT, one line of progress
+  local name=$1 t0=$(date +%s)
+  shift
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $(( $(date +%s) - t0 )) s" | tee -a "$out/progress.txt"
+  tail -4 "$out/$name.log" | sed 's/^/   /'
+}
+flatten() {  # a results dir -> one tarball (deep trees do not come back)
+  tar -C "$out" -czf "$out/$1.tar.gz" "$1" && rm -rf "${out:?}/$1"
+}
+for s in $steps; do
+  case $s in
+    scan) step scan python3 kernels/check/kernels_check.py --built "$so" ;;
+    parity) step selfcheck python3 -m rl_kernel.selfcheck --require-gpu --json "$out/selfcheck.json" ;;
+    golden) step golden-cuda python3 -m rl_kernel.golden --device cuda ;;
+    pytest) step pytest-kernels python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels ;;
+    quick) step quick python3 -m rlparity.cli run --matrix quick --targets auto --strict --jobs 4 --out "$out/quick"
+           flatten quick ;;
+    selftest) step selftest python3 -m rlparity.cli selftest --target sm90 --out "$out/selftest"
+              flatten selftest ;;
+    mutations) step mutations python3 -m rlparity.cli selftest --mutations --target sm90 --out "$out/mutations"
+               flatten mutations ;;
+    bench) step bench python3 bench/bench_token_logprobs.py --json "$out/bench.json" ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+cat "$out/progress.txt"
