@@ -128,32 +128,6 @@ def flush(x) -> np.ndarray:
     return np.where(np.abs(x) < MIN_NORMAL, ZERO, x)
 
 
-@_quiet
-def add_flush(a, b) -> np.ndarray:
-    """ "Every partial sum of a plain sum is flushed": flush(a + b)."""
-    return flush(_f32(a) + _f32(b))
-
-
-@_quiet
-def mul_flush(a, b) -> np.ndarray:
-    """ "A flushed product: the exact product a*b rounded to nearest even to 24 significant bits as if the
-    exponent range were unbounded; +0.0 if that is below 2^-126 in magnitude" (docs/numerics.md section 1).
-
-    Transcribed through float64, independently of the scaled-product code of numerics.h: for float32
-    operands the float64 product is exact (24 x 24 bits), and its float32 rounding equals the unbounded
-    one whenever the result is >= 2^-126; below that, the product is scaled by 2^64 (exact in float64)
-    before rounding to float32 and compared with 2^-62.
-    """
-    a, b = _f32(a), _f32(b)
-    exact = a.astype(np.float64) * b.astype(np.float64)
-    big = np.abs(exact) >= 2.0**-100
-    direct = exact.astype(F32)
-    scaled = (exact * 2.0**64).astype(F32)
-    small = np.where(np.abs(scaled) < F32(2.0**-62), ZERO, scaled * F32(2.0**-64))
-    out = np.where(big | np.isnan(exact), direct, small)
-    return flush(out.astype(F32))
-
-
 def max_nan(a, b) -> np.ndarray:
     """ "NaN-propagating maximum: a NaN operand wins." Which NaN, and which zero of max(-0, +0),
     are left to numpy (the contract leaves them unspecified)."""
@@ -332,16 +306,6 @@ def chunk_sum(v) -> np.ndarray:
 
 
 @_quiet
-def chunk_sum_flushed(v) -> np.ndarray:
-    """The pairwise chunk sum of a plain sum, every partial sum flushed:
-    flush(flush(flush(v0+v1) + flush(v2+v3)) + flush(flush(v4+v5) + flush(v6+v7)))."""
-    v = _f32(v)
-    a = add_flush(add_flush(v[..., 0], v[..., 1]), add_flush(v[..., 2], v[..., 3]))
-    b = add_flush(add_flush(v[..., 4], v[..., 5]), add_flush(v[..., 6], v[..., 7]))
-    return add_flush(a, b)
-
-
-@_quiet
 def fold_step(m, s, x, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.ndarray]:
     """Fold one chunk per lane (section 5), for all lanes at once; x has shape [256, 8]:
 
@@ -384,11 +348,11 @@ def lane_tree_stats(m, s) -> tuple[np.ndarray, np.ndarray]:
 
 @_quiet
 def lane_tree_sum(p) -> np.ndarray:
-    """The same tree for plain sums: partial[t] = flush(partial[t] + partial[t + stride])."""
+    """The same tree for plain sums: partial[t] = partial[t] + partial[t + stride]."""
     p = p.copy()
     stride = LANES // 2
     while stride > 0:
-        p[:stride] = add_flush(p[:stride], p[stride : 2 * stride])
+        p[:stride] = p[:stride] + p[stride : 2 * stride]
         stride //= 2
     return p[0]
 
@@ -408,12 +372,11 @@ def lane_partials_stats(x_row, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.n
 
 
 @_quiet
-def row_sum(terms, chunk_sum_fn=chunk_sum_flushed, tree=lane_tree_sum) -> np.ndarray:
+def row_sum(terms, chunk_sum_fn=chunk_sum, tree=lane_tree_sum) -> np.ndarray:
     """A plain sum over a row in section 2's order: lanes start at +0, padding is 0, each lane adds
-    its chunks' pairwise sums in increasing order, then the lane tree; every partial sum is flushed
-    (the terms are flushed by the caller)."""
+    its chunks' pairwise sums in increasing order, then the lane tree."""
     x, valid = lane_layout(terms, ZERO)
     p = np.zeros(LANES, dtype=F32)
     for k in range(x.shape[0]):
-        p = np.where(valid[k], add_flush(p, chunk_sum_fn(x[k])), p)
+        p = np.where(valid[k], p + chunk_sum_fn(x[k]), p)
     return tree(p)

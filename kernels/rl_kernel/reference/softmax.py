@@ -15,7 +15,6 @@ from rl_kernel.reference.contract import (
     ZERO,
     _f32,
     _quiet,
-    add_flush,
     canonical,
     chunk_sum,
     exp_flushed,
@@ -23,7 +22,6 @@ from rl_kernel.reference.contract import (
     lane_partials_stats,
     lane_tree_stats,
     log_pos,
-    mul_flush,
     row_sum,
     store_bits,
 )
@@ -43,16 +41,15 @@ def finish(m, s) -> tuple[np.float32, np.float32, np.float32]:
 
 @_quiet
 def row_stats(x_row, chunk_sum_fn=chunk_sum, tree=lane_tree_stats) -> tuple[np.float32, np.float32, np.float32]:
-    """row_stats(x) = (m, s, log_s) of one row (float32 array); "inputs are flushed when loaded"."""
-    return finish(*tree(*lane_partials_stats(flush(x_row), chunk_sum_fn)))
+    """row_stats(x) = (m, s, log_s) of one row (float32 array)."""
+    return finish(*tree(*lane_partials_stats(x_row, chunk_sum_fn)))
 
 
 @_quiet
 def logprob(x, stats) -> np.ndarray:
-    """ "log_softmax(x)_i = flush((x_i - m) - log_s)", x_i and m flushed when loaded; the canonical NaN
-    for a bad row (s is NaN)."""
-    m, s, log_s = (flush(v) for v in stats)
-    x = flush(_f32(x))
+    """ "log_softmax(x)_i = flush((x_i - m) - log_s)"; the canonical NaN for a bad row (s is NaN)."""
+    m, s, log_s = stats
+    x = _f32(x)
     if not bool(s >= ONE):
         return np.full(x.shape, CANONICAL_NAN, dtype=F32)
     return flush((x - m) - log_s)
@@ -97,20 +94,19 @@ def entropy(x_row, stats=None, **variant) -> np.float32:
 # ---- backward ----------------------------------------------------------------------------------
 @_quiet
 def log_softmax_backward(g_row, out_row, dtype: torch.dtype, **variant) -> np.ndarray:
-    """ "G = sum_i flush(g_i) (section 2's order, every partial sum flushed);
-    grad_i = flush(flush(g_i) - mul_flush(exp_flushed(flush(out_i)), G))", NaN canonical, stored in dtype
-    (returned as integer bits). (variant: as for entropy.)"""
-    g, out = flush(_f32(g_row)), flush(_f32(out_row))
-    gsum = row_sum(g, **variant)
-    grad = canonical(flush(g - mul_flush(exp_flushed(out), gsum)))
+    """ "G = sum_i flush(g_i) (section 2's order); grad_i = flush(flush(g_i) - flush(exp_flushed(out_i) * G))",
+    NaN canonical, stored in dtype (returned as integer bits). (variant: as for entropy.)"""
+    g, out = _f32(g_row), _f32(out_row)
+    gsum = row_sum(flush(g), **variant)
+    grad = canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)))
     return store_bits(grad, dtype)
 
 
 @_quiet
 def token_logprob_backward(g, x_row, tok: int, stats, ignore_index: int, dtype: torch.dtype) -> np.ndarray:
-    """ "grad_i = mul_flush(flush(g), [i == tok] - exp_flushed(lp_i)); all +0.0 for an ignored row"; an id
+    """ "grad_i = flush(g * ([i == tok] - exp_flushed(lp_i))); all +0.0 for an ignored row"; an id
     outside [0, V) gives a NaN gradient row (canonical)."""
-    g, x_row = flush(_f32(g)), _f32(x_row)
+    g, x_row = _f32(g), _f32(x_row)
     v = x_row.shape[0]
     if tok == ignore_index:
         grad = np.zeros(v, dtype=F32)
@@ -119,16 +115,15 @@ def token_logprob_backward(g, x_row, tok: int, stats, ignore_index: int, dtype: 
     else:
         onehot = np.where(np.arange(v) == tok, ONE, ZERO).astype(F32)
         lp = logprob(x_row, stats)
-        grad = canonical(mul_flush(g, onehot - exp_flushed(lp)))
+        grad = canonical(flush(g * (onehot - exp_flushed(lp))))
     return store_bits(grad, dtype)
 
 
 @_quiet
 def entropy_backward(g, x_row, stats, h, dtype: torch.dtype) -> np.ndarray:
-    """ "w_i = 0 if p_i == 0 else mul_flush(p_i, 0 - flush(lp_i + H)), grad_i = mul_flush(flush(g), w_i)",
-    g and H flushed when loaded, NaN canonical."""
-    g, h = flush(_f32(g)), flush(_f32(h))
+    """ "w_i = 0 if p_i == 0 else flush(p_i * (0 - (lp_i + H))), grad_i = flush(g * w_i)", NaN canonical."""
+    g, h = _f32(g), _f32(h)
     lp = logprob(x_row, stats)
     p = exp_flushed(lp)
-    w = np.where(p == ZERO, ZERO, mul_flush(p, ZERO - add_flush(lp, h)))
-    return store_bits(canonical(mul_flush(g, w)), dtype)
+    w = np.where(p == ZERO, ZERO, flush(p * (ZERO - (lp + h))))
+    return store_bits(canonical(flush(g * w)), dtype)

@@ -1,7 +1,5 @@
 // Element types of the operators' inputs and outputs: storage and the exact
-// conversions of numerics.h (load widens and flushes, store rounds to nearest even).
-// Loads flush: a subnormal fp32 or bf16 input is +0.0 (DAZ hardware would read it
-// as zero anyway); binary16 subnormals are normal binary32 values and stay.
+// conversions of numerics.h (load widens, store rounds to nearest even).
 #pragma once
 
 #include "numerics.h"
@@ -11,12 +9,12 @@ namespace rl {
 // ---- element types: storage and exact conversion to binary32 ---------------
 struct F32 {
   using storage = float;
-  RL_HD static float load(const storage* p, int64_t i) { return flush(p[i]); }
+  RL_HD static float load(const storage* p, int64_t i) { return p[i]; }
   RL_HD static storage store(float x) { return x; }
 };
 struct BF16 {
   using storage = uint16_t;
-  RL_HD static float from_bits(uint16_t h) { return flush(from_bf16_bits(h)); }
+  RL_HD static float from_bits(uint16_t h) { return from_bf16_bits(h); }
   RL_HD static float load(const storage* p, int64_t i) { return from_bits(p[i]); }
   RL_HD static storage store(float x) { return to_bf16_bits(x); }
 };

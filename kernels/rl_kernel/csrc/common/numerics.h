@@ -156,38 +156,13 @@ RL_HD float neg_inf() { return float_of(0xff800000u); }
 // |x| by clearing the sign bit: exact, no libm.
 RL_HD float abs_of(float x) { return float_of(bits_of(x) & 0x7fffffffu); }
 
-// Values below 2^-126 in magnitude (subnormals, -0.0) become +0.0. Every input is
-// flushed when loaded, and every result that can be subnormal is flushed before it
-// is used or stored, so the hardware's denormal mode (FTZ/DAZ or IEEE gradual
-// underflow) cannot show (docs/numerics.md section 7). A subnormal operand compares
-// as zero under DAZ and as itself otherwise: either way it is below 2^-126.
+// Results below 2^-126 in magnitude (subnormals, -0.0) become +0.0. Every executor
+// runs in IEEE mode (gradual underflow): the GPU builds by their flags, the CPU
+// executor by setting the FP environment for each call (cpu.h), so a process put in
+// FTZ/DAZ by a library it loaded cannot change a bit (docs/numerics.md section 7).
 RL_HD float flush(float x) {
   if (RL_MUTATED(RL_MUT_FLUSH_BOUNDARY)) return abs_of(x) <= RL_MIN_NORMAL ? 0.0f : x;
   return abs_of(x) < RL_MIN_NORMAL ? 0.0f : x;
-}
-
-// A partial sum of a plain sum. Operands are normal or zero (flushed), so a + b is
-// exact whenever it is below 2^-126: only the flush can differ between modes, and
-// it is done here.
-RL_HD float add_flush(float a, float b) { return flush(a + b); }
-
-// flush(a * b) that no denormal mode can change: the exact product rounded to nearest
-// even to 24 significant bits as if the exponent range were unbounded, +0.0 if that
-// is below 2^-126. (A plain a * b whose exact value lies just below 2^-126 rounds up
-// to 2^-126 in IEEE mode, and to zero on FTZ hardware that detects tininess before
-// rounding, or after rounding to 24 bits in [2^-126 - 2^-150, 2^-126 - 2^-151).)
-// a and b are normal, zero, inf or NaN (flushed). A product above 2^-126 is
-// returned as is; otherwise the smaller operand (|lo| <= 2^-62.5) is scaled by 2^64
-// (exact), the product rounded far from the subnormal range, and scaled back
-// (exact) or flushed.
-RL_HD float mul_flush(float a, float b) {
-  const float r = a * b;
-  if (abs_of(r) > RL_MIN_NORMAL) return r;
-  const bool a_lo = abs_of(a) < abs_of(b);
-  const float lo = a_lo ? a : b;
-  const float hi = a_lo ? b : a;
-  const float q = (lo * 0x1p64f) * hi;
-  return abs_of(q) < 0x1p-62f ? 0.0f : q * 0x1p-64f;
 }
 
 // NaN-propagating maximum: a NaN operand wins (which NaN is unspecified). For

@@ -34,12 +34,6 @@ RL_HD float chunk_sum(const float v[RL_CHUNK]) {
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-// The pairwise sum of a plain sum's chunk, every partial sum flushed.
-RL_HD float chunk_sum_flushed(const float v[RL_CHUNK]) {
-  return add_flush(add_flush(add_flush(v[0], v[1]), add_flush(v[2], v[3])),
-                   add_flush(add_flush(v[4], v[5]), add_flush(v[6], v[7])));
-}
-
 // Fold one chunk into a lane's accumulator. Elements past the row end are -inf.
 RL_HD void fold_chunk(Acc& a, const float x[RL_CHUNK]) {
   float cm = x[0];
@@ -98,18 +92,18 @@ RL_HD float lane_sum(const Term& term, int64_t V, int t) {
   RL_UNROLL_N(RL_LANE_UNROLL)
   for (int c = t; c < nfull; c += RL_LANES) {
     term(c, v, true);
-    s = add_flush(s, chunk_sum_flushed(v));
+    s = s + chunk_sum(v);
   }
   if (has_tail(V) && nfull % RL_LANES == t) {
     term(nfull, v, false);
-    s = add_flush(s, chunk_sum_flushed(v));
+    s = s + chunk_sum(v);
   }
   return s;
 }
 
 // One level of the lane tree, for lane t < stride.
 RL_HD void tree_step(Acc* p, int t, int stride) { p[t] = combine(p[t], p[t + stride]); }
-RL_HD void tree_step(float* p, int t, int stride) { p[t] = add_flush(p[t], p[t + stride]); }
+RL_HD void tree_step(float* p, int t, int stride) { p[t] = p[t] + p[t + stride]; }
 
 // Host form of the tree (the GPU runs the same steps with a barrier per level).
 template <class P>

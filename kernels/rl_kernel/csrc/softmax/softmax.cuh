@@ -38,10 +38,6 @@ RL_HD float entropy_term(float lp) {
   return (p == 0.0f) ? 0.0f : flush(p * (0.0f - lp));
 }
 
-// Row statistics as the backward loads them (from the forward, or from a caller):
-// flushed like every input.
-RL_HD RowStats load_stats(const float* p) { return RowStats{flush(p[0]), flush(p[1]), flush(p[2])}; }
-
 // Element-by-element chunk loader; -inf past the row end.
 template <class D>
 struct ScalarChunks {
@@ -66,10 +62,9 @@ RL_HD float token_logprob(const typename D::storage* row, int64_t V, int64_t tok
 
 RL_HD float canonical(float x) { return (x != x) ? canonical_nan() : x; }
 
-// d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j); g_j and out_j flushed when
-// loaded, gsum the flushed sum (FlushedTerms).
+// d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j).
 RL_HD float log_softmax_grad(float g, float out, float gsum) {
-  return canonical(flush(flush(g) - mul_flush(exp_flushed(flush(out)), gsum)));
+  return canonical(flush(flush(g) - flush(exp_flushed(out) * gsum)));
 }
 
 // d token_logprob: g * ([j == tok] - p_j); 0 for ignore_index, NaN for an id
@@ -77,14 +72,14 @@ RL_HD float log_softmax_grad(float g, float out, float gsum) {
 RL_HD float token_logprob_grad(float g, float lp, int64_t j, int64_t tok, int64_t V, int64_t ignore_index) {
   if (tok == ignore_index) return 0.0f;
   if (tok < 0 || tok >= V) return canonical_nan();
-  return canonical(mul_flush(flush(g), (j == tok ? 1.0f : 0.0f) - exp_flushed(lp)));
+  return canonical(flush(g * ((j == tok ? 1.0f : 0.0f) - exp_flushed(lp))));
 }
 
-// d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0; g and H flushed when loaded.
+// d entropy: g * (-p_j * (lp_j + H)), 0 where p_j == 0.
 RL_HD float entropy_grad(float g, float lp, float H) {
   const float p = exp_flushed(lp);
-  const float w = (p == 0.0f) ? 0.0f : mul_flush(p, 0.0f - add_flush(lp, flush(H)));
-  return canonical(mul_flush(flush(g), w));
+  const float w = (p == 0.0f) ? 0.0f : flush(p * (0.0f - (lp + H)));
+  return canonical(flush(g * w));
 }
 
 // ============================ CPU reference ==================================
@@ -198,8 +193,8 @@ struct VecChunks {
   __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
     const float4 a = *reinterpret_cast<const float4*>(p);
     const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    x[0] = flush(a.x); x[1] = flush(a.y); x[2] = flush(a.z); x[3] = flush(a.w);
-    x[4] = flush(b.x); x[5] = flush(b.y); x[6] = flush(b.z); x[7] = flush(b.w);
+    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
+    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
   }
 };
 
@@ -333,7 +328,7 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
                                    int64_t ignore_index, typename D::storage* gin) {
   const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st = load_stats(stats + 3 * r);
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const int64_t tok = tokens[r];
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(token_logprob_grad(g[r], logprob(D::load(row, i), st), i, tok, V, ignore_index));
@@ -345,7 +340,7 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
                             int64_t V, const float* stats, const float* H, typename D::storage* gin) {
   const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
-  const RowStats st = load_stats(stats + 3 * r);
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(entropy_grad(g[r], logprob(D::load(row, i), st), H[r]));
 }

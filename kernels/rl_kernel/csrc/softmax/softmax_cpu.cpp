@@ -1,21 +1,14 @@
-// The softmax family's schemas and its CPU executor (the golden reference).
-// Rows are independent, so running them on several threads changes no bit.
-#include <ATen/Parallel.h>
+// The softmax family's schemas and its CPU executor (the golden reference), its rows
+// on torch's threads in IEEE mode (common/cpu.h).
 // torch/extension.h (not just torch/library.h): GCC's inlining budget depends on the size of the
 // unit, and this keeps the CPU reference's generated code what it was before the family split.
 #include <torch/extension.h>
 
+#include "../common/cpu.h"
 #include "softmax_ops.h"
 
 namespace rl {
 namespace {
-
-template <class F>
-void for_rows(int64_t n, F&& f) {
-  at::parallel_for(0, n, 1, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) f(r);
-  });
-}
 
 void put_stats(float* p, RowStats st) {
   p[0] = st.m;
@@ -23,7 +16,7 @@ void put_stats(float* p, RowStats st) {
   p[2] = st.log_s;
 }
 
-RowStats get_stats(const float* p) { return load_stats(p); }
+RowStats get_stats(const float* p) { return RowStats{p[0], p[1], p[2]}; }
 
 struct CpuExec {
   struct Guard {
