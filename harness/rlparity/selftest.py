@@ -99,6 +99,11 @@ class ControlOutcome:
     reason: str
     expected: tuple[str, ...] = ()
     differed: tuple[str, ...] = ()  # the names of the differing comparisons, for the log
+    applicable: bool = True  # False: its cells cannot run on this host (reason says why); neither caught nor missed
+
+    @property
+    def ok(self) -> bool:
+        return self.caught or not self.applicable
 
 
 def comparison_of(test: str) -> str:
@@ -157,6 +162,11 @@ def outcome(control: str, res: results.CellResult, across: tuple[str, ...] = ())
     return ControlOutcome(control, res.status, caught, by, res.reason, expected, differed)
 
 
+def not_applicable(control: str, reason: str) -> ControlOutcome:
+    """A control whose cells cannot run on this host: reported with the reason, never counted as caught."""
+    return ControlOutcome(control, "skipped", False, (), reason, EXPECTED.get(control, ()), applicable=False)
+
+
 def across_cells(pair: list[results.CellResult], axis: str) -> tuple[str, ...]:
     """The gate's cross-cell digest comparison over a control's pair of cells. digest_disagreements leaves
     control cells out of real runs, so the pair is handed to it as the plain cells they stand in for."""
@@ -169,8 +179,9 @@ def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target:
     backend = LocalBackend()
     cell = selftest_cell(target=target)
     gpu = cell.platform != "cpu"
+    inventory = backend.probe() if gpu else None
     if gpu:
-        reason = skip_reason(cell, backend.probe())
+        reason = skip_reason(cell, inventory)
         if reason:
             raise ConfigError(f"selftest --target {target}: {reason}")
     outcomes = []
@@ -179,6 +190,12 @@ def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target:
         if v in PAIRED:
             axis, value = PAIRED[v]
             other = selftest_cell(target=target, **{axis: value[cell.platform]})
+            reason = skip_reason(other, inventory) if gpu else None
+            if reason:  # e.g. split on a host with one GPU: the pair cannot run here
+                outcomes.append(not_applicable(v, reason))
+                if on_result:
+                    on_result(outcomes[-1])
+                continue
             base = _run_one(backend, cell, gpu, out / f"{v}.baseline", v, env)
             res = _run_one(backend, other, gpu, out / v, v, env)
             outcomes.append(outcome(v, res, across_cells([base, res], axis)))

@@ -49,7 +49,8 @@ def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu
     in_docker, local = _digests(docker_out), _digests(local_out)
     # 2 profiles x 2 placements x fp32/bf16 (quick's fp16 include names the rocm image, which has the cpu
     # target too but is not built here)
-    assert len(in_docker) == 8 and set(in_docker) <= set(local), (sorted(in_docker), sorted(local))
+    # the quick CPU cells of the cpu image: 8 of the quick shapes, 3 of the edges shapes (one per dtype)
+    assert len(in_docker) == 11 and set(in_docker) <= set(local), (sorted(in_docker), sorted(local))
     assert all(in_docker[k] and in_docker[k] == local[k] for k in in_docker), (in_docker, local)
     fp = results.read_all(docker_out)[0].fingerprint
     assert fp["image"]["name"] == "cpu" and fp["image"]["record"]["torch"].startswith("2.13.0")
@@ -86,3 +87,40 @@ def test_docker_backend_turns_a_misbehaving_container_into_an_error(client, cpu_
         assert "about to crash" in res.output_tail
     left = client.containers.list(all=True, filters={"label": f"{LABEL}={cell.id}"})
     assert not left
+
+
+class _LateLogContainer:
+    """A container whose log is empty at the first read after `wait` (as Debian's Docker 20.10 answered)."""
+
+    def __init__(self, empty_reads: int, code: int = 0) -> None:
+        self.empty_reads, self.code, self.removed = empty_reads, code, False
+
+    def start(self) -> None: ...
+
+    def wait(self) -> dict:
+        return {"StatusCode": self.code}
+
+    def logs(self, stdout: bool = True, stderr: bool = False) -> bytes:
+        if stderr:
+            return b"boom"
+        self.empty_reads -= 1
+        return b"" if self.empty_reads >= 0 else b'{"devices": []}'
+
+    def remove(self, force: bool = False) -> None:
+        self.removed = True
+
+
+def test_run_once_reads_the_log_again_until_the_output_is_there():
+    """The probe's output arrived after `wait` half of the time: a b'' read is retried, the box removed."""
+    from types import SimpleNamespace
+
+    from rlparity.backends.docker import CellContainer
+
+    box = _LateLogContainer(empty_reads=3)
+    client = SimpleNamespace(containers=SimpleNamespace(create=lambda *a, **k: box))
+    assert CellContainer.run_once(client, "rlparity:cpu", ["python"], {}) == b'{"devices": []}' and box.removed
+    failing = _LateLogContainer(empty_reads=0, code=2)
+    client = SimpleNamespace(containers=SimpleNamespace(create=lambda *a, **k: failing))
+    with pytest.raises(RuntimeError, match="exit 2: boom"):
+        CellContainer.run_once(client, "rlparity:cpu", ["python"], {})
+    assert failing.removed

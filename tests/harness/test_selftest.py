@@ -3,6 +3,7 @@ a vacuous detector makes selftest fail naming its control; `--mutations` with a 
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,26 @@ def test_a_vacuous_batch_invariance_check_fails_selftest_naming_batch_variant(tm
     text = squash(proc.stdout)
     assert squash("batch-variant MISSED") in text and squash("must be caught by: batch-invariance") in text, show(proc)
     assert all(c["equal"] for c in results.read(out / "batch-variant").gated if "vs batch" in c["name"])
+
+
+def test_a_control_whose_pair_cannot_run_here_is_not_applicable_not_caught(monkeypatch, capsys):
+    """On one GPU the split placement cannot run: placement-variant is reported with the reason and counts
+    neither as caught nor as missed; a real miss still fails selftest."""
+    from rlparity.commands import selftest as command
+
+    na = selftest.not_applicable("placement-variant", "split shards over two sm_90 devices; this host has 1")
+    assert na.ok and not na.caught and not na.applicable and na.status == "skipped"
+    caught = selftest.ControlOutcome("ulp-flip", "failed", True, ("golden",), "", ("golden",))
+    missed = selftest.ControlOutcome("wave-tree", "passed", False, (), "", ("golden",))
+    args = argparse.Namespace(out=None, mutations=False, only=None, target="cpu")
+    for outcomes, code in (([caught, na], 0), ([caught, na, missed], 1)):
+
+        def fake_run(out, controls, on_result=None, target="cpu", o=outcomes):
+            for one in o:
+                on_result(one)
+            return o
+
+        monkeypatch.setattr(selftest, "run", fake_run)
+        assert command.cmd_selftest(args) == code
+    out = squash(capsys.readouterr().out)
+    assert "notapplicablehere:splitshards" in out and "(1notapplicableonthishost)" in out

@@ -69,9 +69,25 @@ class CellContainer:
         return True
 
     @staticmethod
-    def run_once(client, tag: str, entrypoint: list[str], options: dict) -> bytes:
-        """A throwaway container's stdout (the inventory probe)."""
-        return client.containers.run(tag, entrypoint=entrypoint, remove=True, stdout=True, stderr=False, **options)
+    def run_once(client, tag: str, entrypoint: list[str], options: dict, settle_s: float = 5.0) -> bytes:
+        """A throwaway container's stdout (the inventory probe, which always prints). The engine can answer
+        `wait` before the json-file log holds the output (containers.run(remove=True) returned b'' two
+        times in four on Debian's Docker 20.10 here), so the log is read again until it is there or settle_s passes."""
+        box = client.containers.create(tag, entrypoint=entrypoint, **options)
+        try:
+            box.start()
+            code = box.wait().get("StatusCode", -1)
+            deadline = time.monotonic() + settle_s
+            out = box.logs(stdout=True, stderr=False)
+            while not out and time.monotonic() < deadline:
+                time.sleep(0.05)
+                out = box.logs(stdout=True, stderr=False)
+            if code != 0:
+                err = box.logs(stdout=False, stderr=True).decode(errors="replace")
+                raise RuntimeError(f"exit {code}: {err[-2000:]}")
+            return out
+        finally:
+            box.remove(force=True)
 
     @staticmethod
     def nvidia(client) -> bool:

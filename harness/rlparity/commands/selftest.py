@@ -40,6 +40,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     console.print(f"[bold]rlparity selftest[/]: {len(controls)} cells (the kernel and its negative controls) in {out}")
 
     def show(o: selftest.ControlOutcome) -> None:
+        if not o.applicable:
+            console.print(f"  {o.control:18} [yellow]not applicable here[/]: {o.reason}")
+            return
         mark = "[green]caught[/]" if o.caught else "[red]MISSED[/]"
         if o.control == "none":
             mark = "[green]passes[/]" if o.caught else "[red]FAILS[/]"
@@ -51,8 +54,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
         )
 
     outcomes = selftest.run(out, controls, on_result=show, target=args.target)
-    ok = all(o.caught for o in outcomes)
-    console.print(f"selftest: {'[green]every control caught[/]' if ok else '[red]a control was missed[/]'}")
+    ok = all(o.ok for o in outcomes)
+    unrun = sum(not o.applicable for o in outcomes)
+    verdict = "[green]every control caught[/]" if ok else "[red]a control was missed[/]"
+    console.print(f"selftest: {verdict}" + (f" ({unrun} not applicable on this host)" if unrun else ""))
     return 0 if ok else 1
 
 
