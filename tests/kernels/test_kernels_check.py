@@ -27,6 +27,8 @@ if CLANG is None and os.environ.get("CI") == "true":
 needs_clang = pytest.mark.skipif(CLANG is None, reason="clang++-19 not installed (apt-get install clang-19)")
 if shutil.which("nvcc") is None and os.environ.get("CI") == "true":
     raise RuntimeError("nvcc is missing in CI: the CUDA half of kernels-check cannot run")
+if not (shutil.which("cuobjdump") and shutil.which("nvdisasm")) and os.environ.get("CI") == "true":
+    raise RuntimeError("cuobjdump/nvdisasm are missing in CI: .ci/run takes them from the triton wheel")
 
 
 def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
