@@ -8,6 +8,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+# What a cell may run: "none" is rl_kernel itself, the rest are the negative controls (rlparity.cell.controls
+# implements each; the host validates --control and plans selftest with these names, never importing it).
+CONTROLS = (
+    "none",
+    "ulp-flip",
+    "reversed-order",
+    "fma-build",
+    "wave-tree",
+    "atomics",
+    "batch-variant",
+    "rollout-variant",
+    "profile-variant",
+    "placement-variant",
+    "range-unchecked",
+)
+
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
 # The episode builders a shape set may name (axes.toml `workload`): the host's copy of the cell side's
 # rlparity.cell.workloads.BUILDERS (tests/harness/test_edges.py keeps the two equal).

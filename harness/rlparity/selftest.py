@@ -24,25 +24,10 @@ from pathlib import Path
 from rlparity import gate, results
 from rlparity.applicability import skip_reason
 from rlparity.backends.local import LocalBackend
-from rlparity.cells import Cell
+from rlparity.cells import CONTROLS, Cell
 from rlparity.config import ConfigError
 from rlparity.matrix import load_axes, load_matrix
 
-# The host's copy of rlparity.cell.controls.CONTROLS (the host never imports the cell side; a test keeps
-# the two equal): "none" is rl_kernel itself, the rest are the negative controls.
-CONTROLS = (
-    "none",
-    "ulp-flip",
-    "reversed-order",
-    "fma-build",
-    "wave-tree",
-    "atomics",
-    "batch-variant",
-    "rollout-variant",
-    "profile-variant",
-    "placement-variant",
-    "range-unchecked",
-)
 NEGATIVE = CONTROLS[1:]
 
 # The gated comparisons, by the suite's test that makes them (cell/suite/test_bitwise.py), plus the two

@@ -1,4 +1,4 @@
-"""The negative controls' names and switches: the host's list and the cell's agree; the deprecated
+"""The negative controls' names and switches: one list for host and cell; the deprecated
 --variant / RLPARITY_VARIANT still work; the fma build's sources come from build_flags when it has them."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from rlparity.cell import controls
 
 
 def test_host_and_cell_name_the_same_controls():
-    assert selftest.CONTROLS == controls.CONTROLS
+    """One list (rlparity.cells.CONTROLS) for both sides; selftest's negative ones are all but rl_kernel."""
+    assert selftest.CONTROLS is controls.CONTROLS
     assert tuple(c for c in controls.CONTROLS if c != "none") == selftest.NEGATIVE
 
 

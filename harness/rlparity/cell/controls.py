@@ -45,22 +45,8 @@ import torch
 import rl_kernel
 import rl_kernel.reference as R
 from rlparity.cell.workloads import IGNORE, LogprobFn
+from rlparity.cells import CONTROLS
 
-# "none" is rl_kernel itself; the rest are the negative controls. rlparity.selftest.CONTROLS is the host's
-# copy of these names (the host never imports this module): tests/harness/test_controls.py keeps them equal.
-CONTROLS = (
-    "none",
-    "ulp-flip",
-    "reversed-order",
-    "fma-build",
-    "wave-tree",
-    "atomics",
-    "batch-variant",
-    "rollout-variant",
-    "profile-variant",
-    "placement-variant",
-    "range-unchecked",
-)
 WAVE = 64
 SMALL_BATCH = 16  # batch-variant: fewer rows than this take the other reduction order
 PROFILE_VARS = ("OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "HSA_ENABLE_SDMA")  # set by a non-baseline profile
