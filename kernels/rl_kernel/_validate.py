@@ -26,7 +26,9 @@ def check_logits(logits: object, name: str = "logits") -> torch.Tensor:
         raise ValueError(f"rl_kernel: {name} has an empty vocabulary dimension (size 0)")
     if logits.device.type not in ("cpu", "cuda", "meta"):
         raise ValueError(f"rl_kernel: {name} is on {logits.device}; supported devices are cpu and cuda/hip")
-    if logits.device.type == "cuda" and not has_gpu_kernels():
+    # Not while torch.compile traces: asking the dispatcher is a graph break ("torch.* op returned
+    # non-Tensor"), and a build without GPU kernels still fails there, at the dispatch, by name.
+    if logits.device.type == "cuda" and not compiling() and not has_gpu_kernels():
         raise RuntimeError(
             "rl_kernel was built without GPU kernels; rebuild on a machine with a CUDA or ROCm "
             "torch (`make build`) to use logits on " + str(logits.device)

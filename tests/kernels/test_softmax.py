@@ -587,13 +587,17 @@ def test_empty_batch(op: str, dtype: torch.dtype, device: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # torch-internal
-def test_torch_compile_matches_eager() -> None:
-    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        return rl_kernel.token_logprobs(x, t).sum() + rl_kernel.entropy(x).sum()
+def test_torch_compile_matches_eager(device: str) -> None:
+    """fullgraph: no graph break on either device (on CUDA the GPU-kernel check once broke the graph)."""
 
+    def loss(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        lsm = rl_kernel.log_softmax(x)[..., :5].sum()
+        return rl_kernel.token_logprobs(x, t).sum() + rl_kernel.entropy(x).sum() + lsm
+
+    torch._dynamo.reset()
     compiled = torch.compile(loss, fullgraph=True)
     for dtype in (torch.float32, torch.bfloat16):
-        x, t = case(37, dtype, rows=4, seed=3)
+        x, t = case(37, dtype, device, rows=4, seed=3)
         xe = x.clone().requires_grad_()
         xc = x.clone().requires_grad_()
         ye = loss(xe, t)
