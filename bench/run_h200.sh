@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # One device call: build the CUDA extension, prove CPU == GPU bits, scan SASS, time.
-# Usage (on the GPU machine, from the repository root): bash bench/run_h200.sh "$OUT"
+# Usage (on the GPU machine, from the repository root): bash bench/run_h200.sh "$OUT" (carry .whl/)
 set -u
 out=${1:-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/kernels:$PWD/harness TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+# The tests import junitparser (the harness's), which the GPU machine lacks: carried as a wheel in .whl/.
+if ! python3 -c 'import junitparser' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi
 {
   date -u +%FT%TZ
   git rev-parse HEAD 2>/dev/null || echo "commit: unknown"
