@@ -32,7 +32,8 @@ fi
 so=$(ls kernels/rl_kernel/_C*.so)
 
 step() {  # name, command...: the log under $OUT, one line of progress
-  local name=$1 t0=$(date +%s)
+  local name=$1 t0
+  t0=$(date +%s)
   shift
   "$@" > "$out/$name.log" 2>&1
   local rc=$?
