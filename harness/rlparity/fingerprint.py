@@ -12,6 +12,8 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from rlparity.inventory import PackagePartitions
+
 ENV_PREFIXES = (
     "HSA_", "HIP_", "ROCR_", "ROCM_", "MIOPEN_", "PYTORCH_TUNABLEOP_", "ROCBLAS_", "HIPBLASLT_", "CUBLAS_",
     "CUBLASLT_", "CUDA_", "NCCL_", "RCCL_", "OMP_", "MKL_", "RL_KERNEL_", "TORCH_", "PYTORCH_",
@@ -42,6 +44,21 @@ def diff(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> list[tuple[s
         elif va != vb:
             out.append((name, va, vb))
     return out
+
+
+def partitions_record(partitions: tuple[PackagePartitions, ...]) -> dict[str, dict[str, Any]]:
+    """{package PCI address: its modes and XCCs}: keyed, not a list, so that diff() names the field that
+    changed (partitions.0000:c1:00.0.compute SPX -> CPX) and a package added or gone is one row."""
+    return {
+        p.bdf: {
+            "compute": p.compute,
+            "memory": p.memory,
+            "compute_modes": list(p.compute_modes),
+            "memory_modes": list(p.memory_modes),
+            "num_xcc": list(p.num_xcc),
+        }
+        for p in partitions
+    }
 
 
 def _driver() -> str:

@@ -21,8 +21,10 @@ from rlparity.fingerprint import (
     _read,
     _sha256,
     fingerprint_hash,
+    partitions_record,
     relevant_env,
 )
+from rlparity.inventory import read_partitions
 
 
 def collect() -> dict[str, Any]:
@@ -48,6 +50,7 @@ def collect() -> dict[str, Any]:
         "devices": _devices(torch),
         "driver": _driver(),
         "rocm": _read(Path("/opt/rocm/.info/version")),
+        "partitions": partitions_record(read_partitions()),
         "env": relevant_env(),
         "image": {
             "name": os.environ.get("RLPARITY_IMAGE", ""),

@@ -14,10 +14,12 @@ from rlparity.inventory import (
     MULTI_DIE_PRODUCTS,
     Device,
     Inventory,
+    PackagePartitions,
     die_pairs,
     map_pairs,
     normalise_arch,
     read_kfd_topology,
+    read_partitions,
     visible_kfd_indices,
 )
 
@@ -34,18 +36,20 @@ def probe() -> Inventory:
             arch = normalise_arch(getattr(p, "gcnArchName", "")) if platform == "rocm" else f"sm_{p.major}{p.minor}"
             devices.append(Device(i, platform, p.name, arch, int(getattr(p, "warp_size", 0) or 0)))
     pairs: list[tuple[int, int]] = []
+    partitions: tuple[PackagePartitions, ...] = ()
     if any(d.platform == "rocm" for d in devices):
         nodes = read_kfd_topology()
+        partitions = read_partitions()
         multi_die = any(name in d.name for d in devices for name in MULTI_DIE_PRODUCTS)
         visible = visible_kfd_indices(os.environ, len(nodes))
-        pairs = map_pairs(die_pairs(nodes, multi_die), visible) if visible is not None else []
+        pairs = map_pairs(die_pairs(nodes, multi_die, partitions), visible) if visible is not None else []
     try:
         from rl_kernel._ops import has_gpu_kernels
 
         gpu = has_gpu_kernels()
     except ImportError:
         gpu = False
-    return Inventory(tuple(devices), tuple(pairs), gpu)
+    return Inventory(tuple(devices), tuple(pairs), gpu, partitions=partitions)
 
 
 def main() -> int:
