@@ -12,8 +12,8 @@ Rules of this file:
   rounded on its own (numpy never contracts to an FMA). ``_f32`` checks that nothing was promoted.
 * Bit manipulation on ``np.uint32`` / ``np.int32`` arrays, which wrap modulo 2**32.
 * All floating-point exceptions are ignored (``np.errstate(all="ignore")``, see ``_quiet``).
-* The 256 lanes run side by side: lane state is an array of shape [256]; one step of the lane
-  loop folds the chunks of all 256 lanes at once (an array [256, 8]).
+* The row tree is evaluated one level at a time: the leaves (one per chunk) are an array, and each
+  level joins its even and odd entries in one vector operation.
 
 Where the contract leaves a detail unspecified (the NaN that ``exp_fold(NaN)`` returns, which
 zero ``max(-0, +0)`` returns) this file does whatever numpy does; the contract says no output
@@ -40,7 +40,6 @@ def _c(hex_literal: str) -> np.float32:
 
 
 # ---- the fixed shape of every row reduction --------------------------------
-LANES = 256  # "256 lanes. Lane t owns chunks t, t+256, t+512, ..."
 CHUNK = 8  # "It is cut into chunks of 8 consecutive elements"
 
 # ---- constants (numerics.h) --------------------------------------------------
@@ -278,23 +277,17 @@ def log_pos(s) -> np.ndarray:
     return ef * LN2_HI + (ef * LN2_LO + l1p)
 
 
-# ---- the row layout ---------------------------------------------------------------------
-def lane_layout(values: np.ndarray, pad) -> tuple[np.ndarray, np.ndarray]:
-    """Cut a row into chunks of 8 (the last padded with pad) and lay them out lane by lane.
-
-    "Chunk c holds elements 8c .. 8c+7 ... Lane t owns chunks t, t+256, t+512, ... and folds them in
-    increasing order. The partial chunk, if any, is the last chunk of its lane."
-    Returns x of shape [steps, 256, 8] (x[k, t] = chunk k*256 + t) and valid [steps, 256], which
-    says whether lane t has a chunk at step k.
-    """
+# ---- the row tree (docs/numerics.md section 2, contract v2) --------------------------------------
+def chunk_layout(values: np.ndarray, pad) -> np.ndarray:
+    """ "It is cut into chunks of 8 consecutive elements: chunk c holds elements 8c .. 8c+7. If V is not
+    a multiple of 8, the last chunk is partial and padded with -inf (statistics) or 0 (plain sums)."
+    Returns x of shape [C, 8]."""
     values = _f32(values)
     v = values.shape[0]
     nchunks = -(-v // CHUNK)
-    steps = -(-nchunks // LANES)
-    x = np.full(steps * LANES * CHUNK, pad, dtype=F32)
+    x = np.full(nchunks * CHUNK, pad, dtype=F32)
     x[:v] = values
-    valid = (np.arange(steps * LANES) < nchunks).reshape(steps, LANES)
-    return x.reshape(steps, LANES, CHUNK), valid
+    return x.reshape(nchunks, CHUNK)
 
 
 @_quiet
@@ -306,26 +299,19 @@ def chunk_sum(v) -> np.ndarray:
 
 
 @_quiet
-def fold_step(m, s, x, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.ndarray]:
-    """Fold one chunk per lane (section 5), for all lanes at once; x has shape [256, 8]:
-
-    cm = max(x0, ..., x7) (NaN-propagating, left to right); nm = max(m, cm);
-    "if not (nm == m): s = s * exp_fold(m - nm); m = nm"; s = s + pairwise_sum(exp_fold(x_j - m)).
-    """
-    cm = x[:, 0]
+def leaf_stats(x_row, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.ndarray]:
+    """The leaves of a row: "cm = max(-FLT_MAX, x0, ..., x7) (NaN-propagating, left to right);
+    s = pairwise_sum(exp_fold(x_j - cm))", one per chunk, padding -inf."""
+    x = chunk_layout(x_row, NEG_INF)
+    cm = max_nan(np.full(x.shape[0], -FLT_MAX, dtype=F32), x[:, 0])
     for j in range(1, CHUNK):
         cm = max_nan(cm, x[:, j])
-    nm = max_nan(m, cm)
-    rescale = ~(nm == m)
-    s = np.where(rescale, s * exp_fold(m - nm), s)
-    m = np.where(rescale, nm, m)
-    e = exp_fold(x - m[:, None])
-    return m, s + chunk_sum_fn(e)
+    return cm, chunk_sum_fn(exp_fold(x - cm[:, None]))
 
 
 @_quiet
 def combine(ma, sa, mb, sb) -> tuple[np.ndarray, np.ndarray]:
-    """ "combine((ma, sa), (mb, sb)): m = max(ma, mb); each side's s is kept as is if its max equals m,
+    """ "join((ma, sa), (mb, sb)): m = max(ma, mb); each side's s is kept as is if its max equals m,
     else multiplied by exp_fold(its max - m); s = sa' + sb'." """
     m = max_nan(ma, mb)
     sa = np.where(ma == m, sa, sa * exp_fold(ma - m))
@@ -333,50 +319,73 @@ def combine(ma, sa, mb, sb) -> tuple[np.ndarray, np.ndarray]:
     return m, sa + sb
 
 
+EMPTY_M = -FLT_MAX  # "the empty node: (-FLT_MAX, 0) for statistics, 0 for sums"
+
+
+def _padded(a: np.ndarray, fill) -> np.ndarray:
+    """a padded to the next power of two with fill (the empty node)."""
+    n = 1 << max(0, a.shape[0] - 1).bit_length()
+    out = np.full(n, fill, dtype=F32)
+    out[: a.shape[0]] = a
+    return out
+
+
 @_quiet
-def lane_tree_stats(m, s) -> tuple[np.ndarray, np.ndarray]:
-    """ "for stride = 128, 64, ..., 1, partial[t] = combine(partial[t], partial[t + stride]) for
-    t < stride. The row's result is partial[0]." (A level reads only entries >= stride, which that
-    level does not write, so it can run as one vector operation.)"""
-    m, s = m.copy(), s.copy()
-    stride = LANES // 2
-    while stride > 0:
-        m[:stride], s[:stride] = combine(m[:stride], s[:stride], m[stride : 2 * stride], s[stride : 2 * stride])
-        stride //= 2
+def tree_stats(m, s) -> tuple[np.ndarray, np.ndarray]:
+    """ "One perfect binary tree over the chunk index: node (L, i) = join(node (L-1, 2i), node (L-1, 2i+1));
+    chunks past the row's end are the empty node." Leaves in, root out, one level at a time."""
+    m, s = _padded(_f32(m), EMPTY_M), _padded(_f32(s), ZERO)
+    while m.shape[0] > 1:
+        m, s = combine(m[0::2], s[0::2], m[1::2], s[1::2])
     return m[0], s[0]
 
 
 @_quiet
-def lane_tree_sum(p) -> np.ndarray:
-    """The same tree for plain sums: partial[t] = partial[t] + partial[t + stride]."""
-    p = p.copy()
-    stride = LANES // 2
-    while stride > 0:
-        p[:stride] = p[:stride] + p[stride : 2 * stride]
-        stride //= 2
+def tree_sum(p) -> np.ndarray:
+    """The same tree for plain sums: join(a, b) = a + b, the empty node 0."""
+    p = _padded(_f32(p), ZERO)
+    while p.shape[0] > 1:
+        p = p[0::2] + p[1::2]
     return p[0]
 
 
 @_quiet
-def lane_partials_stats(x_row, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.ndarray]:
-    """The 256 lane partials (m, s) of a row; each lane "keeps (m, s), starting at (-FLT_MAX, 0)";
-    padding past the row's end is -inf."""
-    x, valid = lane_layout(x_row, NEG_INF)
-    m = np.full(LANES, -FLT_MAX, dtype=F32)
-    s = np.zeros(LANES, dtype=F32)
-    for k in range(x.shape[0]):
-        nm, ns = fold_step(m, s, x[k], chunk_sum_fn)
-        m = np.where(valid[k], nm, m)
-        s = np.where(valid[k], ns, s)
-    return m, s
+def row_sum(terms, chunk_sum_fn=chunk_sum, tree=tree_sum) -> np.ndarray:
+    """A plain sum over a row in section 2's order: chunk sums (padding 0) as the leaves of the tree."""
+    return tree(chunk_sum_fn(chunk_layout(terms, ZERO)))
+
+
+# ---- cutting the row: aligned nodes ----------------------------------------------------------------
+def decompose(c0: int, c1: int) -> list[tuple[int, int]]:
+    """The canonical decomposition of chunks [c0, c1): its maximal aligned nodes (level L, index i),
+    node (L, i) covering chunks [i * 2^L, (i + 1) * 2^L), left to right."""
+    if not 0 <= c0 <= c1:
+        raise ValueError(f"rl_kernel.reference.decompose: bad chunk range [{c0}, {c1})")
+    nodes = []
+    c = c0
+    while c < c1:
+        level = (c & -c).bit_length() - 1 if c else 62
+        while (1 << level) > c1 - c:
+            level -= 1
+        nodes.append((level, c >> level))
+        c += 1 << level
+    return nodes
 
 
 @_quiet
-def row_sum(terms, chunk_sum_fn=chunk_sum, tree=lane_tree_sum) -> np.ndarray:
-    """A plain sum over a row in section 2's order: lanes start at +0, padding is 0, each lane adds
-    its chunks' pairwise sums in increasing order, then the lane tree."""
-    x, valid = lane_layout(terms, ZERO)
-    p = np.zeros(LANES, dtype=F32)
-    for k in range(x.shape[0]):
-        p = np.where(valid[k], p + chunk_sum_fn(x[k]), p)
-    return tree(p)
+def join_nodes(nodes: list[tuple[int, int]], values: list, join, empty):
+    """The root of the tree from nodes that tile [0, C) left to right, with their values: push each node,
+    joining two siblings on top at once; then fold the stack from the right (a parent whose right half
+    is empty is its left half). join(a, b) and empty are those of statistics or of sums."""
+    stack: list[tuple[int, int, object]] = []
+    for (level, index), value in zip(nodes, values, strict=True):
+        while stack and index & 1 and stack[-1][0] == level and stack[-1][1] == index - 1:
+            value = join(stack.pop()[2], value)
+            level, index = level + 1, index >> 1
+        stack.append((level, index, value))
+    if not stack:
+        return empty
+    acc = stack[-1][2]
+    for _, _, value in reversed(stack[:-1]):
+        acc = join(value, acc)
+    return acc

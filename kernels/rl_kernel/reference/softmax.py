@@ -19,8 +19,8 @@ from rl_kernel.reference.contract import (
     chunk_sum,
     exp_flushed,
     flush,
-    lane_partials_stats,
-    lane_tree_stats,
+    leaf_stats,
+    tree_stats,
     log_pos,
     row_sum,
     store_bits,
@@ -40,9 +40,9 @@ def finish(m, s) -> tuple[np.float32, np.float32, np.float32]:
 
 
 @_quiet
-def row_stats(x_row, chunk_sum_fn=chunk_sum, tree=lane_tree_stats) -> tuple[np.float32, np.float32, np.float32]:
-    """row_stats(x) = (m, s, log_s) of one row (float32 array)."""
-    return finish(*tree(*lane_partials_stats(x_row, chunk_sum_fn)))
+def row_stats(x_row, chunk_sum_fn=chunk_sum, tree=tree_stats) -> tuple[np.float32, np.float32, np.float32]:
+    """row_stats(x) = (m, s, log_s) of one row (float32 array): the root of the tree over its leaves."""
+    return finish(*tree(*leaf_stats(x_row, chunk_sum_fn)))
 
 
 @_quiet

@@ -50,7 +50,7 @@ namespace rl {
 #if defined(RL_MUTATIONS)
 enum Mutation : int {
   RL_MUT_NONE = 0,
-  RL_MUT_TREE_ORDER = 1,      // lane tree neighbours first (strides 1, 2, ..., 128)
+  RL_MUT_TREE_ORDER = 1,      // the row tree's top nodes joined left to right instead of from the right
   RL_MUT_FLUSH_BOUNDARY = 2,  // flush: |x| <= 2^-126 instead of <
   RL_MUT_TIE_ROUNDING = 3,    // fp16/bf16 gradients: ties away (up) instead of to even
   RL_MUT_EXP_CONSTANT = 4,    // E3 of exp_fold one ulp larger

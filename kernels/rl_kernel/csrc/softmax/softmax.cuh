@@ -43,7 +43,7 @@ template <class D>
 struct ScalarChunks {
   const typename D::storage* row;
   int64_t V;
-  RL_HD void operator()(int c, float x[RL_CHUNK], bool full) const {
+  RL_HD void operator()(int64_t c, float x[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
     for (int j = 0; j < RL_CHUNK; ++j) x[j] = (full || base + j < V) ? D::load(row, base + j) : neg_inf();
@@ -83,21 +83,21 @@ RL_HD float entropy_grad(float g, float lp, float H) {
 }
 
 // ============================ CPU reference ==================================
-// One row at a time; lanes are simulated in order, then host_tree().
+// One row at a time: its leaves pushed left to right into a TreeStack (reduce.h),
+// then the fold. The GPU evaluates the same tree in another order (block_tree).
 
 template <class D>
 inline RowStats cpu_row_stats(const typename D::storage* row, int64_t V) {
-  const ScalarChunks<D> load{row, V};
-  Acc part[RL_LANES];
-  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_stats(load, V, t);
-  return finish(host_tree(part));
+  TreeStack<Acc> st;
+  push_range_stats(st, ScalarChunks<D>{row, V}, 0, chunks_of(V), V);
+  return finish(st.fold());
 }
 
 template <class Term>
 inline float cpu_row_sum(const Term& term, int64_t V) {
-  float part[RL_LANES];
-  for (int t = 0; t < RL_LANES; ++t) part[t] = lane_sum(term, V, t);
-  return host_tree(part);
+  TreeStack<float> st;
+  push_range_sum(st, term, 0, chunks_of(V), V);
+  return st.fold();
 }
 
 template <class D>
@@ -111,7 +111,7 @@ struct EntropyTerms {
   const typename D::storage* row;
   int64_t V;
   RowStats st;
-  RL_HD void operator()(int c, float v[RL_CHUNK], bool full) const {
+  RL_HD void operator()(int64_t c, float v[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
     for (int j = 0; j < RL_CHUNK; ++j)
@@ -128,7 +128,7 @@ inline float cpu_entropy_row(const typename D::storage* row, int64_t V, RowStats
 struct FlushedTerms {  // sum of a fp32 row (gradients), flushed per element
   const float* row;
   int64_t V;
-  RL_HD void operator()(int c, float v[RL_CHUNK], bool full) const {
+  RL_HD void operator()(int64_t c, float v[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
     for (int j = 0; j < RL_CHUNK; ++j) v[j] = (full || base + j < V) ? flush(row[base + j]) : 0.0f;
@@ -144,7 +144,7 @@ inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64
 // ============================ GPU kernels ====================================
 #if defined(RL_GPU_COMPILE)
 
-constexpr int RL_BLOCK = RL_LANES;  // one lane per thread, one row per block
+constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a row) per block
 
 // Blocks per multiprocessor the compiler must fit (caps registers); tuning only.
 #ifndef RL_MIN_BLOCKS
@@ -174,7 +174,7 @@ template <class D>
 struct VecChunks {
   const typename D::storage* row;
   int64_t V;
-  __device__ __forceinline__ void operator()(int c, float x[RL_CHUNK], bool full) const {
+  __device__ __forceinline__ void operator()(int64_t c, float x[RL_CHUNK], bool full) const {
     if (full) {
       load_full(row + int64_t(c) * RL_CHUNK, x);
     } else {
@@ -203,63 +203,82 @@ __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
   return (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
 }
 
-// Lane folds, then the tree in shared memory, one level per barrier. Every
-// thread returns the row's statistics.
-template <class D>
-__device__ __forceinline__ RowStats block_stats(const typename D::storage* row, int64_t V) {
-  __shared__ float sm[RL_LANES];
-  __shared__ float ss[RL_LANES];
+// ---- the row tree in one block ----------------------------------------------
+// A block evaluates the tree over n chunks (a whole row from chunk 0, or one aligned node)
+// tile by tile: a tile is RL_TILE = RL_BLOCK * RL_GROUP consecutive chunks, an aligned node
+// of level RL_TILE_LEVEL. Thread t joins the RL_GROUP leaves of its chunks (an in-thread
+// subtree), the block joins the RL_BLOCK group nodes pairwise in shared memory (neighbours,
+// one level per barrier), and thread 0 pushes the tile's node into a TreeStack. Chunks at
+// or past n are the empty node. RL_GROUP changes the schedule, never the tree.
+#ifndef RL_GROUP
+#define RL_GROUP 4
+#endif
+constexpr int RL_TILE = RL_BLOCK * RL_GROUP;
+constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+constexpr int RL_TILE_LEVEL = log2_of(RL_TILE);
+static_assert((RL_GROUP & (RL_GROUP - 1)) == 0 && (RL_BLOCK & (RL_BLOCK - 1)) == 0, "powers of two");
+// Tiles of one block: a TreeStack of 40 holds any row below 2^40 tiles.
+constexpr int RL_TILE_STACK = 40;
+
+template <class P, class Leaf>
+__device__ __forceinline__ P block_tree(const Leaf& leaf, int64_t n, P empty, P* sh) {
   const int t = RL_TID;
-  const Acc a = aligned16<D>(row) ? lane_stats(VecChunks<D>{row, V}, V, t) : lane_stats(ScalarChunks<D>{row, V}, V, t);
-  sm[t] = a.m;
-  ss[t] = a.s;
-  RL_SYNC();
-#if defined(RL_MUTATIONS)
-  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {  // neighbours first: a wrong order
-    for (int stride = 1; stride < RL_LANES; stride <<= 1) {
-      if (t % (2 * stride) == 0) {
-        const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
-        sm[t] = r.m;
-        ss[t] = r.s;
-      }
+  TreeStack<P, RL_TILE_STACK> st;
+  const int64_t ntiles = (n + RL_TILE - 1) / RL_TILE;
+  for (int64_t k = 0; k < ntiles; ++k) {
+    const int64_t c0 = k * RL_TILE + int64_t(t) * RL_GROUP;
+    P g[RL_GROUP];
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_GROUP; ++j) g[j] = (c0 + j < n) ? leaf(c0 + j) : empty;
+    RL_UNROLL(unroll)
+    for (int w = 1; w < RL_GROUP; w <<= 1) {
+      RL_UNROLL(unroll)
+      for (int j = 0; j < RL_GROUP; j += 2 * w) g[j] = join(g[j], g[j + w]);
+    }
+    sh[t] = g[0];
+    RL_SYNC();
+    for (int s = 1; s < RL_BLOCK; s <<= 1) {
+      if (t < RL_BLOCK / (2 * s)) sh[2 * s * t] = join(sh[2 * s * t], sh[2 * s * t + s]);
       RL_SYNC();
     }
-  } else
-#endif
-  for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
-    if (t < stride) {
-      const Acc r = combine(Acc{sm[t], ss[t]}, Acc{sm[t + stride], ss[t + stride]});
-      sm[t] = r.m;
-      ss[t] = r.s;
-    }
-    RL_SYNC();
+    if (t == 0) st.push(RL_TILE_LEVEL, k, sh[0]);
   }
-  const RowStats st = finish(Acc{sm[0], ss[0]});
-  RL_SYNC();  // the arrays are reused by the next call
-  return st;
+  RL_SYNC();  // sh[0] is read by thread 0 above before anyone writes it below
+  if (t == 0) sh[0] = (ntiles > 0) ? st.fold() : empty;
+  RL_SYNC();
+  const P r = sh[0];
+  RL_SYNC();  // sh is reused by the next call
+  return r;
+}
+
+template <class Load>
+struct LeafStats {
+  Load load;
+  int64_t V;
+  __device__ __forceinline__ Acc operator()(int64_t c) const { return leaf_of(load, c, V); }
+};
+
+template <class Term>
+struct LeafSum {
+  Term term;
+  int64_t V;
+  __device__ __forceinline__ float operator()(int64_t c) const { return leaf_of_sum(term, c, V); }
+};
+
+// Every thread returns the row's statistics.
+template <class D>
+__device__ __forceinline__ RowStats block_stats(const typename D::storage* row, int64_t V) {
+  __shared__ Acc sh[RL_BLOCK];
+  const int64_t n = chunks_of(V);
+  const Acc a = aligned16<D>(row) ? block_tree(LeafStats<VecChunks<D>>{{row, V}, V}, n, acc_empty(), sh)
+                                  : block_tree(LeafStats<ScalarChunks<D>>{{row, V}, V}, n, acc_empty(), sh);
+  return finish(a);
 }
 
 template <class Term>
 __device__ __forceinline__ float block_sum(const Term& term, int64_t V) {
-  __shared__ float sp[RL_LANES];
-  const int t = RL_TID;
-  sp[t] = lane_sum(term, V, t);
-  RL_SYNC();
-#if defined(RL_MUTATIONS)
-  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {
-    for (int stride = 1; stride < RL_LANES; stride <<= 1) {
-      if (t % (2 * stride) == 0) tree_step(sp, t, stride);
-      RL_SYNC();
-    }
-  } else
-#endif
-  for (int stride = RL_LANES / 2; stride > 0; stride >>= 1) {
-    if (t < stride) tree_step(sp, t, stride);
-    RL_SYNC();
-  }
-  const float total = sp[0];
-  RL_SYNC();
-  return total;
+  __shared__ float sh[RL_BLOCK];
+  return block_tree(LeafSum<Term>{term, V}, chunks_of(V), sum_empty(), sh);
 }
 
 __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st) {

@@ -1,4 +1,4 @@
-// The CUDA / HIP executor of the softmax family: one block of RL_LANES threads
+// The CUDA / HIP executor of the softmax family: one block of RL_BLOCK threads
 // per row. On ROCm, torch's build hipifies this file; the kernels themselves
 // (softmax.cuh) are portable.
 #include <ATen/cuda/CUDAContext.h>
