@@ -222,24 +222,19 @@ def _chunk_sum_sequential(v):
     return s
 
 
-def _tree_reversed_stats(m, s):
-    """Wrong: the lane tree with strides 1, 2, ..., 128 (neighbours first)."""
-    m, s = m.copy(), s.copy()
-    stride = 1
-    while stride < S.LANES:
-        a, b = slice(0, S.LANES, 2 * stride), slice(stride, S.LANES, 2 * stride)
-        m[a], s[a] = S.combine(m[a], s[a], m[b], s[b])
-        stride *= 2
-    return m[0], s[0]
+def _tree_sequential_stats(m, s):
+    """Wrong: the leaves folded left to right instead of the tree."""
+    am, as_ = m[0:1], s[0:1]
+    for i in range(1, m.shape[0]):
+        am, as_ = S.combine(am, as_, m[i : i + 1], s[i : i + 1])
+    return am[0], as_[0]
 
 
-def _tree_reversed_sum(p):
-    p = p.copy()
-    stride = 1
-    while stride < S.LANES:
-        p[0 : S.LANES : 2 * stride] = p[0 : S.LANES : 2 * stride] + p[stride : S.LANES : 2 * stride]
-        stride *= 2
-    return p[0]
+def _tree_sequential_sum(p):
+    acc = p[0]
+    for v in p[1:]:
+        acc = acc + v
+    return acc
 
 
 def test_negative_control_wrong_order_does_not_match() -> None:
@@ -261,7 +256,7 @@ def test_negative_control_wrong_order_does_not_match() -> None:
     # another order happens to round to the same s, so "differs" is required of some rows, not all.)
     variants = {
         "sequential chunk sum": {"chunk_sum_fn": _chunk_sum_sequential},
-        "reversed lane tree": {"tree": _tree_reversed_stats},
+        "sequential leaves": {"tree": _tree_sequential_stats},
     }
     for name, kw in variants.items():
         stats_differ = lsm_differ = 0
@@ -272,14 +267,14 @@ def test_negative_control_wrong_order_does_not_match() -> None:
         assert stats_differ >= 2 and lsm_differ >= 1, (name, stats_differ, lsm_differ)
 
     # Plain row sums (the G of the log_softmax backward, the entropy) in a wrong order differ too.
-    # (Entropy is a sum of positive terms and rarely moves: only the reversed tree changes it here.)
+    # (Entropy is a sum of positive terms and rarely moves: only the sequential order changes it here.)
     leaf = x.clone().requires_grad_()
     w = torch.randn(x.shape, generator=torch.Generator().manual_seed(78))
     (g,) = torch.autograd.grad(rl_kernel.log_softmax(leaf), leaf, grad_outputs=w)
     cpu_grad = cpu_bits(g)
     sums = {
         "sequential chunk sum": {"chunk_sum_fn": _chunk_sum_sequential},
-        "reversed tree": {"tree": _tree_reversed_sum},
+        "sequential tree": {"tree": _tree_sequential_sum},
     }
     assert_same(cpu_grad[0], S.log_softmax_backward(w[0].numpy(), S.log_softmax(rows[0]), torch.float32), "grad")
     for name, kw in sums.items():
@@ -287,8 +282,8 @@ def test_negative_control_wrong_order_does_not_match() -> None:
             S.log_softmax_backward(w[r].numpy(), S.log_softmax(xr), torch.float32, **kw) for r, xr in enumerate(rows)
         ]
         assert not np.array_equal(cpu_grad, np.stack(wrong)), f"log_softmax gradient with {name} matches"
-    wrong = f32_bits(*[S.entropy(xr, **sums["reversed tree"]) for xr in rows])
-    assert not np.array_equal(cpu_ent, wrong), "entropy with the reversed tree matches"
+    wrong = f32_bits(*[S.entropy(xr, **sums["sequential tree"]) for xr in rows])
+    assert not np.array_equal(cpu_ent, wrong), "entropy with the sequential order matches"
 
 
 # ---------------------------------------------------------------- exp and log against float64

@@ -8,11 +8,11 @@ name); the bitwise suite must fail every one of them. Each control is a way real
 - fma-build:      rl_kernel compiled with -ffp-contract=fast (-mfma on x86), and for a GPU cell its device
                   code with --fmad=true (nvcc) or -ffp-contract=fast (hipcc): implicit FMA contraction.
                   Selected by loading that build through RL_KERNEL_LIBRARY (see build_fma_variant).
-- wave-tree:      the lane tree follows the wavefront width (shuffle-down within 64 lanes, then waves
-                  in order), as a hardware-width reduction would.
+- wave-tree:      the chunk leaves dealt to the 64 lanes of a wavefront, each lane folding its chunks
+                  in order, then a shuffle-down tree: an order tied to the hardware width.
 - atomics:        on a GPU, a real atomics reduction: each row's sum of exp accumulated with
                   torch.index_add_ (atomicAdd, arrival order varies from call to call); on the CPU, where
-                  there is no such nondeterminism to borrow, the lane partials combined in a random order.
+                  there is no such nondeterminism to borrow, the chunk leaves joined in a random order.
 
 Each of the following breaks exactly one property, so that each gated comparison has a control only it
 catches (rlparity.selftest.EXPECTED names the comparison that must catch each control):
@@ -181,7 +181,7 @@ def _range_unchecked(x: torch.Tensor, tok: torch.Tensor, validate: bool) -> torc
 
 
 class _ReferenceWithTree(torch.autograd.Function):
-    """Forward: the contract's numpy transcription with another lane tree. Backward: rl_kernel's."""
+    """Forward: the contract's numpy transcription with another tree over the leaves. Backward: rl_kernel's."""
 
     @staticmethod
     def forward(ctx, x, tok, tree_name):
@@ -238,23 +238,26 @@ class _AtomicLogprobs(torch.autograd.Function):
 
 
 def _wave_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffle-down within each 64-lane wave (offsets 32..1), then the 4 wave results left to right."""
-    m, s = m.copy(), s.copy()
-    for base in range(0, R.LANES, WAVE):
-        off = WAVE // 2
-        while off:
-            lo, hi = slice(base, base + off), slice(base + off, base + 2 * off)
-            m[lo], s[lo] = R.combine(m[lo], s[lo], m[hi], s[hi])
-            off //= 2
-    am, as_ = m[0:1], s[0:1]
-    for base in range(WAVE, R.LANES, WAVE):
-        am, as_ = R.combine(am, as_, m[base : base + 1], s[base : base + 1])
+    """The leaves dealt to the 64 lanes of one wavefront (lane l folds chunks l, l + 64, ... in order),
+    then a shuffle-down tree over the lanes (offsets 32..1): an order tied to the wave width."""
+    steps = -(-m.shape[0] // WAVE)
+    lm = np.full(steps * WAVE, -np.float32(np.finfo(np.float32).max), dtype=np.float32)
+    ls = np.zeros(steps * WAVE, dtype=np.float32)
+    lm[: m.shape[0]], ls[: s.shape[0]] = m, s
+    lm, ls = lm.reshape(steps, WAVE), ls.reshape(steps, WAVE)
+    am, as_ = lm[0].copy(), ls[0].copy()
+    for k in range(1, steps):
+        am, as_ = R.combine(am, as_, lm[k], ls[k])
+    off = WAVE // 2
+    while off:
+        am[:off], as_[:off] = R.combine(am[:off], as_[:off], am[off : 2 * off], as_[off : 2 * off])
+        off //= 2
     return am[0], as_[0]
 
 
 def _arrival_order_tree(m: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Lane partials added into one accumulator in an order that differs per call, as atomics would."""
-    order = np.random.default_rng().permutation(R.LANES)  # unseeded: arrival order is not reproducible
+    """The leaves joined into one accumulator in an order that differs per call, as atomics would."""
+    order = np.random.default_rng().permutation(m.shape[0])  # unseeded: arrival order is not reproducible
     am, as_ = m[order[:1]], s[order[:1]]
     for i in order[1:]:
         am, as_ = R.combine(am, as_, m[i : i + 1], s[i : i + 1])
