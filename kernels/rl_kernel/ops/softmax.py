@@ -67,6 +67,36 @@ def _entropy_backward_fake(grad, logits, stats, entropy):
     return torch.empty_like(logits)
 
 
+@register_fake("rl_kernel::node_stats")
+def _node_stats_fake(logits, chunk0, valid, levels, indices):
+    return logits.new_empty((*logits.shape[:-1], len(levels), 2), dtype=torch.float32)
+
+
+@register_fake("rl_kernel::node_entropy")
+def _node_entropy_fake(logits, stats, chunk0, valid, levels, indices):
+    return logits.new_empty((*logits.shape[:-1], len(levels)), dtype=torch.float32)
+
+
+@register_fake("rl_kernel::join_stats")
+def _join_stats_fake(partials, levels, indices):
+    return partials.new_empty((*partials.shape[:-2], 3))
+
+
+@register_fake("rl_kernel::join_sum")
+def _join_sum_fake(partials, stats, levels, indices):
+    return partials.new_empty(partials.shape[:-1])
+
+
+@register_fake("rl_kernel::token_logprobs_backward_slice")
+def _token_logprobs_backward_slice_fake(grad, logits, tokens, stats, ignore_index, valid):
+    return torch.empty_like(logits)
+
+
+@register_fake("rl_kernel::entropy_backward_slice")
+def _entropy_backward_slice_fake(grad, logits, stats, entropy, valid):
+    return torch.empty_like(logits)
+
+
 # ---- autograd and the public functions ---------------------------------------------------------
 class BitwiseLogSoftmax(torch.autograd.Function):
     """Drop-in for F.log_softmax(logits, dim) in a policy's forward; fp32 output."""

@@ -2,7 +2,7 @@
 
 contract.py holds the scalar rules, the row layout, the fold and the tree; reference/<family>.py each
 family's operators on top of it. Every name of those modules is re-exported here (the tests and the
-harness use `rl_kernel.reference.row_stats`, `.combine`, `.decompose`, ...); families are found by walking
+harness use `rl_kernel.reference.row_stats`, `.combine`, `.tree_stats`, ...); families are found by walking
 this package, so a new family edits no list.
 """
 

@@ -353,39 +353,3 @@ def tree_sum(p) -> np.ndarray:
 def row_sum(terms, chunk_sum_fn=chunk_sum, tree=tree_sum) -> np.ndarray:
     """A plain sum over a row in section 2's order: chunk sums (padding 0) as the leaves of the tree."""
     return tree(chunk_sum_fn(chunk_layout(terms, ZERO)))
-
-
-# ---- cutting the row: aligned nodes ----------------------------------------------------------------
-def decompose(c0: int, c1: int) -> list[tuple[int, int]]:
-    """The canonical decomposition of chunks [c0, c1): its maximal aligned nodes (level L, index i),
-    node (L, i) covering chunks [i * 2^L, (i + 1) * 2^L), left to right."""
-    if not 0 <= c0 <= c1:
-        raise ValueError(f"rl_kernel.reference.decompose: bad chunk range [{c0}, {c1})")
-    nodes = []
-    c = c0
-    while c < c1:
-        level = (c & -c).bit_length() - 1 if c else 62
-        while (1 << level) > c1 - c:
-            level -= 1
-        nodes.append((level, c >> level))
-        c += 1 << level
-    return nodes
-
-
-@_quiet
-def join_nodes(nodes: list[tuple[int, int]], values: list, join, empty):
-    """The root of the tree from nodes that tile [0, C) left to right, with their values: push each node,
-    joining two siblings on top at once; then fold the stack from the right (a parent whose right half
-    is empty is its left half). join(a, b) and empty are those of statistics or of sums."""
-    stack: list[tuple[int, int, object]] = []
-    for (level, index), value in zip(nodes, values, strict=True):
-        while stack and index & 1 and stack[-1][0] == level and stack[-1][1] == index - 1:
-            value = join(stack.pop()[2], value)
-            level, index = level + 1, index >> 1
-        stack.append((level, index, value))
-    if not stack:
-        return empty
-    acc = stack[-1][2]
-    for _, _, value in reversed(stack[:-1]):
-        acc = join(value, acc)
-    return acc

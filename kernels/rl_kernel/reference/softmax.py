@@ -20,10 +20,10 @@ from rl_kernel.reference.contract import (
     exp_flushed,
     flush,
     leaf_stats,
-    tree_stats,
     log_pos,
     row_sum,
     store_bits,
+    tree_stats,
 )
 
 

@@ -69,9 +69,18 @@ RL_HD float log_softmax_grad(float g, float out, float gsum) {
 
 // d token_logprob: g * ([j == tok] - p_j); 0 for ignore_index, NaN for an id
 // outside [0, V) (whose forward value is NaN too).
+RL_HD float token_logprob_grad_slice(float g, float lp, int64_t j, int64_t tok, int64_t ignore_index);
+
 RL_HD float token_logprob_grad(float g, float lp, int64_t j, int64_t tok, int64_t V, int64_t ignore_index) {
   if (tok == ignore_index) return 0.0f;
   if (tok < 0 || tok >= V) return canonical_nan();
+  return token_logprob_grad_slice(g, lp, j, tok, ignore_index);
+}
+
+// The same on a vocab-parallel rank's slice: tok is the slice's own index of the token, and one
+// outside the slice belongs to another rank (the one-hot term is 0 here).
+RL_HD float token_logprob_grad_slice(float g, float lp, int64_t j, int64_t tok, int64_t ignore_index) {
+  if (tok == ignore_index) return 0.0f;
   return canonical(flush(g * ((j == tok ? 1.0f : 0.0f) - exp_flushed(lp))));
 }
 
@@ -139,6 +148,52 @@ template <class O>
 inline void cpu_log_softmax_backward_row(const float* g, const float* out, int64_t V, typename O::storage* gin) {
   const float gsum = cpu_row_sum(FlushedTerms{g, V}, V);
   for (int64_t i = 0; i < V; ++i) gin[i] = O::store(log_softmax_grad(g[i], out[i], gsum));
+}
+
+// ---- cutting the row (vocab-parallel ranks, several blocks per row) ---------------
+// A slice of a row: `valid` elements from global element 8 * chunk0 (columns past the true
+// vocabulary are not valid: they are the empty node, whatever they hold). Node (L, i) of the
+// row's tree covers global chunks [i * 2^L, (i+1) * 2^L), local chunks from (i << L) - chunk0.
+struct NodeRange {
+  int64_t first;  // first local chunk
+  int64_t n;      // chunks of the node inside the slice's valid chunks (2^L for a whole node)
+};
+
+RL_HD NodeRange node_range(int64_t chunk0, int64_t valid, int L, int64_t i) {
+  const int64_t first = (i << L) - chunk0;
+  const int64_t left = chunks_of(valid) - first;
+  const int64_t size = int64_t(1) << L;
+  return NodeRange{first, left < size ? left : size};
+}
+
+template <class D>
+inline Acc cpu_node_stats(const typename D::storage* row, int64_t valid, int64_t chunk0, int L, int64_t i) {
+  const NodeRange nr = node_range(chunk0, valid, L, i);
+  const ScalarChunks<D> load{row, valid};
+  TreeStack<Acc> st;
+  for (int64_t c = nr.first; c < nr.first + nr.n; ++c) st.push(0, c + chunk0, leaf_of(load, c, valid));
+  return nr.n > 0 ? st.fold() : acc_empty();
+}
+
+template <class Term>
+inline float cpu_node_sum(const Term& term, int64_t valid, int64_t chunk0, int L, int64_t i) {
+  const NodeRange nr = node_range(chunk0, valid, L, i);
+  TreeStack<float> st;
+  for (int64_t c = nr.first; c < nr.first + nr.n; ++c) st.push(0, c + chunk0, leaf_of_sum(term, c, valid));
+  return nr.n > 0 ? st.fold() : sum_empty();
+}
+
+// The root of the row's tree from node values that tile it left to right (every rank's nodes).
+RL_HD Acc join_stats_nodes(const float* part, const int64_t* levels, const int64_t* indices, int64_t n) {
+  TreeStack<Acc> st;
+  for (int64_t k = 0; k < n; ++k) st.push(int(levels[k]), indices[k], Acc{part[2 * k], part[2 * k + 1]});
+  return n > 0 ? st.fold() : acc_empty();
+}
+
+RL_HD float join_sum_nodes(const float* part, const int64_t* levels, const int64_t* indices, int64_t n) {
+  TreeStack<float> st;
+  for (int64_t k = 0; k < n; ++k) st.push(int(levels[k]), indices[k], part[k]);
+  return n > 0 ? st.fold() : sum_empty();
 }
 
 // ============================ GPU kernels ====================================
@@ -265,20 +320,28 @@ struct LeafSum {
   __device__ __forceinline__ float operator()(int64_t c) const { return leaf_of_sum(term, c, V); }
 };
 
+// The tree over the first n chunks of a row of V elements (every thread returns it).
+template <class D>
+__device__ __forceinline__ Acc block_acc(const typename D::storage* row, int64_t V, int64_t n) {
+  __shared__ Acc sh[RL_BLOCK];
+  return aligned16<D>(row) ? block_tree(LeafStats<VecChunks<D>>{{row, V}, V}, n, acc_empty(), sh)
+                           : block_tree(LeafStats<ScalarChunks<D>>{{row, V}, V}, n, acc_empty(), sh);
+}
+
 // Every thread returns the row's statistics.
 template <class D>
 __device__ __forceinline__ RowStats block_stats(const typename D::storage* row, int64_t V) {
-  __shared__ Acc sh[RL_BLOCK];
-  const int64_t n = chunks_of(V);
-  const Acc a = aligned16<D>(row) ? block_tree(LeafStats<VecChunks<D>>{{row, V}, V}, n, acc_empty(), sh)
-                                  : block_tree(LeafStats<ScalarChunks<D>>{{row, V}, V}, n, acc_empty(), sh);
-  return finish(a);
+  return finish(block_acc<D>(row, V, chunks_of(V)));
+}
+
+__device__ __forceinline__ float* node_sum_shared() {
+  __shared__ float sh[RL_BLOCK];
+  return sh;
 }
 
 template <class Term>
 __device__ __forceinline__ float block_sum(const Term& term, int64_t V) {
-  __shared__ float sh[RL_BLOCK];
-  return block_tree(LeafSum<Term>{term, V}, chunks_of(V), sum_empty(), sh);
+  return block_tree(LeafSum<Term>{term, V}, chunks_of(V), sum_empty(), node_sum_shared());
 }
 
 __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st) {
@@ -362,6 +425,93 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(entropy_grad(g[r], logprob(D::load(row, i), st), H[r]));
+}
+
+// Backward on a vocab-parallel rank's slice: columns at or past `valid` are padding (zero gradient).
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    token_logprobs_backward_slice_kernel(int64_t row0, const float* g, const typename D::storage* x,
+                                         int64_t row_stride, int64_t V, int64_t valid, const int64_t* tokens,
+                                         const float* stats, int64_t ignore_index, typename D::storage* gin) {
+  const int64_t r = row0 + RL_ROW;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const int64_t tok = tokens[r];
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
+    gin[r * V + i] = D::store(
+        i < valid ? token_logprob_grad_slice(g[r], logprob(D::load(row, i), st), i, tok, ignore_index) : 0.0f);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    entropy_backward_slice_kernel(int64_t row0, const float* g, const typename D::storage* x, int64_t row_stride,
+                                  int64_t V, int64_t valid, const float* stats, const float* H,
+                                  typename D::storage* gin) {
+  const int64_t r = row0 + RL_ROW;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
+    gin[r * V + i] = D::store(i < valid ? entropy_grad(g[r], logprob(D::load(row, i), st), H[r]) : 0.0f);
+}
+
+// ---- node kernels: one block per (row, node); then one thread per row joins the nodes ----------
+// Block b of the launch is node b % nodes of row b / nodes. The node's chunks start a row of their
+// own (row + 8 * first), so block_tree's alignment is the node's.
+__device__ __forceinline__ void node_of_block(int64_t b, int64_t nodes, int64_t chunk0, int64_t valid,
+                                              const int64_t* levels, const int64_t* indices, int64_t& r,
+                                              int64_t& j, NodeRange& nr) {
+  r = b / nodes;
+  j = b % nodes;
+  nr = node_range(chunk0, valid, int(levels[j]), indices[j]);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    node_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid, int64_t chunk0,
+                      const int64_t* levels, const int64_t* indices, int64_t nodes, float* out) {
+  int64_t r, j;
+  NodeRange nr;
+  node_of_block(row0 + RL_ROW, nodes, chunk0, valid, levels, indices, r, j, nr);
+  const int64_t off = nr.first * RL_CHUNK;
+  const Acc a = block_acc<D>(x + r * row_stride + off, valid - off, nr.n);
+  if (RL_TID == 0) {
+    out[2 * (r * nodes + j)] = a.m;
+    out[2 * (r * nodes + j) + 1] = a.s;
+  }
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    node_entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid,
+                        int64_t chunk0, const int64_t* levels, const int64_t* indices, int64_t nodes,
+                        const float* stats, float* out) {
+  int64_t r, j;
+  NodeRange nr;
+  node_of_block(row0 + RL_ROW, nodes, chunk0, valid, levels, indices, r, j, nr);
+  const int64_t off = nr.first * RL_CHUNK;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const typename D::storage* row = x + r * row_stride + off;
+  const float h = block_tree(LeafSum<EntropyTerms<D>>{{row, valid - off, st}, valid - off}, nr.n, sum_empty(),
+                             node_sum_shared());
+  if (RL_TID == 0) out[r * nodes + j] = h;
+}
+
+__global__ void join_stats_kernel(int64_t rows, const float* part, const int64_t* levels, const int64_t* indices,
+                                  int64_t nodes, float* stats) {
+  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
+  if (r >= rows) return;
+  const RowStats st = finish(join_stats_nodes(part + 2 * r * nodes, levels, indices, nodes));
+  stats[3 * r] = st.m;
+  stats[3 * r + 1] = st.s;
+  stats[3 * r + 2] = st.log_s;
+}
+
+__global__ void join_sum_kernel(int64_t rows, const float* part, const int64_t* levels, const int64_t* indices,
+                                int64_t nodes, const float* stats, float* out) {
+  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
+  if (r >= rows) return;
+  const float h = join_sum_nodes(part + r * nodes, levels, indices, nodes);
+  out[r] = (stats[3 * r + 1] >= 1.0f) ? h : canonical_nan();
 }
 
 #endif  // RL_GPU_COMPILE

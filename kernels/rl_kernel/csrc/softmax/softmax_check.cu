@@ -23,7 +23,17 @@ namespace rl {
                                                              int64_t, D::storage*);                     \
   template __global__ void entropy_backward_kernel<D>(int64_t, const float*, const D::storage*, int64_t, int64_t, \
                                                       const float*, const float*, D::storage*);     \
-  template __global__ void log_softmax_backward_kernel<D>(int64_t, const float*, const float*, int64_t, D::storage*);
+  template __global__ void log_softmax_backward_kernel<D>(int64_t, const float*, const float*, int64_t, D::storage*); \
+  template __global__ void node_stats_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t,           \
+                                                const int64_t*, const int64_t*, int64_t, float*);               \
+  template __global__ void node_entropy_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t,         \
+                                                  const int64_t*, const int64_t*, int64_t, const float*, float*); \
+  template __global__ void token_logprobs_backward_slice_kernel<D>(int64_t, const float*, const D::storage*,     \
+                                                                   int64_t, int64_t, int64_t, const int64_t*,    \
+                                                                   const float*, int64_t, D::storage*);          \
+  template __global__ void entropy_backward_slice_kernel<D>(int64_t, const float*, const D::storage*, int64_t,   \
+                                                            int64_t, int64_t, const float*, const float*,        \
+                                                            D::storage*);
 
 RL_INSTANTIATE_SOFTMAX(F32)
 RL_INSTANTIATE_SOFTMAX(BF16)

@@ -82,6 +82,71 @@ struct CpuExec {
         gin[i * r.v + j] = D::store(entropy_grad(g[i], logprob(D::load(row, j), st), H[i]));
     });
   }
+
+  template <class D>
+  static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
+                         at::IntArrayRef levels, at::IntArrayRef indices, float* out) {
+    const int64_t nodes = int64_t(levels.size());
+    for_rows(r.n, [&](int64_t i) {
+      for (int64_t j = 0; j < nodes; ++j) {
+        const Acc a = cpu_node_stats<D>(x + i * r.stride, valid, chunk0, int(levels[j]), indices[j]);
+        out[2 * (i * nodes + j)] = a.m;
+        out[2 * (i * nodes + j) + 1] = a.s;
+      }
+    });
+  }
+
+  template <class D>
+  static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
+                           at::IntArrayRef levels, at::IntArrayRef indices, const float* stats, float* out) {
+    const int64_t nodes = int64_t(levels.size());
+    for_rows(r.n, [&](int64_t i) {
+      const EntropyTerms<D> terms{x + i * r.stride, valid, get_stats(stats + 3 * i)};
+      for (int64_t j = 0; j < nodes; ++j)
+        out[i * nodes + j] = cpu_node_sum(terms, valid, chunk0, int(levels[j]), indices[j]);
+    });
+  }
+
+  template <class D>
+  static void token_logprobs_backward_slice(const float* g, const typename D::storage* x, const Rows& r,
+                                            int64_t valid, const int64_t* tok, const float* stats, int64_t ignore,
+                                            typename D::storage* gin) {
+    for_rows(r.n, [&](int64_t i) {
+      const auto* row = x + i * r.stride;
+      const RowStats st = get_stats(stats + 3 * i);
+      for (int64_t j = 0; j < r.v; ++j)
+        gin[i * r.v + j] = D::store(
+            j < valid ? token_logprob_grad_slice(g[i], logprob(D::load(row, j), st), j, tok[i], ignore) : 0.0f);
+    });
+  }
+
+  template <class D>
+  static void entropy_backward_slice(const float* g, const typename D::storage* x, const Rows& r, int64_t valid,
+                                     const float* stats, const float* H, typename D::storage* gin) {
+    for_rows(r.n, [&](int64_t i) {
+      const auto* row = x + i * r.stride;
+      const RowStats st = get_stats(stats + 3 * i);
+      for (int64_t j = 0; j < r.v; ++j)
+        gin[i * r.v + j] = D::store(j < valid ? entropy_grad(g[i], logprob(D::load(row, j), st), H[i]) : 0.0f);
+    });
+  }
+
+  static void join_stats(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
+                         float* stats) {
+    const int64_t nodes = int64_t(levels.size());
+    for_rows(rows, [&](int64_t i) {
+      put_stats(stats + 3 * i, finish(join_stats_nodes(part + 2 * i * nodes, levels.data(), indices.data(), nodes)));
+    });
+  }
+
+  static void join_sum(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
+                       const float* stats, float* out) {
+    const int64_t nodes = int64_t(levels.size());
+    for_rows(rows, [&](int64_t i) {
+      const float h = join_sum_nodes(part + i * nodes, levels.data(), indices.data(), nodes);
+      out[i] = (stats[3 * i + 1] >= 1.0f) ? h : canonical_nan();
+    });
+  }
 };
 
 }  // namespace
@@ -98,6 +163,15 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
       "Tensor");
   m.def("entropy(Tensor logits) -> (Tensor, Tensor)");
   m.def("entropy_backward(Tensor grad, Tensor logits, Tensor stats, Tensor entropy) -> Tensor");
+  // Cutting the row (rl_kernel.parallel): node values of a slice, and the join of all slices' nodes.
+  m.def("node_stats(Tensor logits, int chunk0, int valid, int[] levels, int[] indices) -> Tensor");
+  m.def("node_entropy(Tensor logits, Tensor stats, int chunk0, int valid, int[] levels, int[] indices) -> Tensor");
+  m.def("join_stats(Tensor partials, int[] levels, int[] indices) -> Tensor");
+  m.def("join_sum(Tensor partials, Tensor stats, int[] levels, int[] indices) -> Tensor");
+  m.def(
+      "token_logprobs_backward_slice(Tensor grad, Tensor logits, Tensor tokens, Tensor stats, int ignore_index, "
+      "int valid) -> Tensor");
+  m.def("entropy_backward_slice(Tensor grad, Tensor logits, Tensor stats, Tensor entropy, int valid) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_softmax<rl::CpuExec>(m); }

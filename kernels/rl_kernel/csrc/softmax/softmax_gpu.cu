@@ -46,6 +46,22 @@ void launch(Kernel kernel, int64_t rows, Args... args) {
   }
 }
 
+// The node lists, copied to the device (a few dozen int64 each).
+at::Tensor device_ints(at::IntArrayRef v, const at::Device& dev) {
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(dev);
+}
+
+// One thread per row.
+template <class Kernel, class... Args>
+void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
+  if (rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>((rows + RL_BLOCK - 1) / RL_BLOCK);
+  kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(rows, args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Device current_device() { return at::Device(at::kCUDA, c10::cuda::current_device()); }
+
 struct GpuExec {
   struct Guard {
     explicit Guard(const at::Tensor& t) : g(t.device()) {}
@@ -90,6 +106,51 @@ struct GpuExec {
   static void entropy_backward(const float* g, const typename D::storage* x, const Rows& r, const float* stats,
                                const float* H, typename D::storage* gin) {
     launch(entropy_backward_kernel<D>, r.n, g, x, r.stride, r.v, stats, H, gin);
+  }
+
+  template <class D>
+  static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
+                         at::IntArrayRef levels, at::IntArrayRef indices, float* out) {
+    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
+    const int64_t nodes = int64_t(levels.size());
+    launch(node_stats_kernel<D>, r.n * nodes, x, r.stride, valid, chunk0, l.const_data_ptr<int64_t>(),
+           i.const_data_ptr<int64_t>(), nodes, out);
+  }
+
+  template <class D>
+  static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
+                           at::IntArrayRef levels, at::IntArrayRef indices, const float* stats, float* out) {
+    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
+    const int64_t nodes = int64_t(levels.size());
+    launch(node_entropy_kernel<D>, r.n * nodes, x, r.stride, valid, chunk0, l.const_data_ptr<int64_t>(),
+           i.const_data_ptr<int64_t>(), nodes, stats, out);
+  }
+
+  template <class D>
+  static void token_logprobs_backward_slice(const float* g, const typename D::storage* x, const Rows& r,
+                                            int64_t valid, const int64_t* tok, const float* stats, int64_t ignore,
+                                            typename D::storage* gin) {
+    launch(token_logprobs_backward_slice_kernel<D>, r.n, g, x, r.stride, r.v, valid, tok, stats, ignore, gin);
+  }
+
+  template <class D>
+  static void entropy_backward_slice(const float* g, const typename D::storage* x, const Rows& r, int64_t valid,
+                                     const float* stats, const float* H, typename D::storage* gin) {
+    launch(entropy_backward_slice_kernel<D>, r.n, g, x, r.stride, r.v, valid, stats, H, gin);
+  }
+
+  static void join_stats(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
+                         float* stats) {
+    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
+    launch_per_row(join_stats_kernel, rows, part, l.const_data_ptr<int64_t>(), i.const_data_ptr<int64_t>(),
+                   int64_t(levels.size()), stats);
+  }
+
+  static void join_sum(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
+                       const float* stats, float* out) {
+    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
+    launch_per_row(join_sum_kernel, rows, part, l.const_data_ptr<int64_t>(), i.const_data_ptr<int64_t>(),
+                   int64_t(levels.size()), stats, out);
   }
 };
 

@@ -132,13 +132,165 @@ at::Tensor entropy_backward_op(const at::Tensor& grad, const at::Tensor& logits,
   return gin.view(logits.sizes());
 }
 
+// ---- backward on a vocab-parallel rank's slice (rl_kernel.parallel) -------------------------------
+// tokens are the slice's own indices (another slice's token: any index outside [0, valid)); columns at
+// or past valid are padding and get a zero gradient.
+template <class Exec>
+at::Tensor token_logprobs_backward_slice_op(const at::Tensor& grad, const at::Tensor& logits,
+                                            const at::Tensor& tokens, const at::Tensor& stats, int64_t ignore_index,
+                                            int64_t valid) {
+  check_logits(logits, "logits");
+  check_tokens(logits, tokens);
+  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
+              "], got ", valid);
+  const typename Exec::Guard guard(logits);
+  const Rows x = rows_of(logits);
+  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
+  const at::Tensor tok = tokens.reshape({-1}).contiguous();
+  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
+  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
+  dispatch_dtype(x.t, [&](auto d) {
+    using D = decltype(d);
+    Exec::template token_logprobs_backward_slice<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x, valid,
+                                                    tok.const_data_ptr<int64_t>(), st.const_data_ptr<float>(),
+                                                    ignore_index,
+                                                    reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+  });
+  return gin.view(logits.sizes());
+}
+
+template <class Exec>
+at::Tensor entropy_backward_slice_op(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& stats,
+                                     const at::Tensor& entropy, int64_t valid) {
+  check_logits(logits, "logits");
+  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
+              "], got ", valid);
+  const typename Exec::Guard guard(logits);
+  const Rows x = rows_of(logits);
+  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
+  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
+  const at::Tensor h = entropy.reshape({-1}).contiguous();
+  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
+  dispatch_dtype(x.t, [&](auto d) {
+    using D = decltype(d);
+    Exec::template entropy_backward_slice<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x, valid,
+                                             st.const_data_ptr<float>(), h.const_data_ptr<float>(),
+                                             reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+  });
+  return gin.view(logits.sizes());
+}
+
+// ---- cutting the row: node values of a slice, and the join of every slice's nodes -------------
+// Nodes (levels[k], indices[k]) of the row's tree (reduce.h); the slice holds `valid` elements of
+// the row from global element 8 * chunk0. Each node must start inside the slice's valid chunks.
+inline void check_nodes(at::IntArrayRef levels, at::IntArrayRef indices, int64_t chunk0, int64_t valid,
+                        int64_t width) {
+  TORCH_CHECK(levels.size() == indices.size(), "rl_kernel: ", levels.size(), " node levels but ", indices.size(),
+              " node indices");
+  TORCH_CHECK(chunk0 >= 0, "rl_kernel: chunk0 must be >= 0, got ", chunk0);
+  TORCH_CHECK(valid >= 0 && valid <= width, "rl_kernel: valid must be in [0, ", width, "], got ", valid);
+  for (size_t k = 0; k < levels.size(); ++k) {
+    TORCH_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
+                ", index ", indices[k], ")");
+    const NodeRange nr = node_range(chunk0, valid, int(levels[k]), indices[k]);
+    TORCH_CHECK(nr.first >= 0 && nr.n > 0, "rl_kernel: node (level ", levels[k], ", index ", indices[k],
+                ") does not start inside the slice's chunks [", chunk0, ", ", chunk0 + chunks_of(valid), ")");
+  }
+}
+
+inline void check_join(at::IntArrayRef levels, at::IntArrayRef indices, int64_t nodes) {
+  TORCH_CHECK(levels.size() == indices.size() && int64_t(levels.size()) == nodes, "rl_kernel: ", nodes,
+              " node values but ", levels.size(), " levels and ", indices.size(), " indices");
+  for (size_t k = 0; k < levels.size(); ++k)
+    TORCH_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
+                ", index ", indices[k], ")");
+}
+
+inline std::vector<int64_t> with_tail(std::vector<int64_t> s, std::initializer_list<int64_t> tail) {
+  s.insert(s.end(), tail.begin(), tail.end());
+  return s;
+}
+
+template <class Exec>
+at::Tensor node_stats_op(const at::Tensor& logits, int64_t chunk0, int64_t valid, at::IntArrayRef levels,
+                         at::IntArrayRef indices) {
+  check_logits(logits, "logits");
+  check_nodes(levels, indices, chunk0, valid, logits.size(-1));
+  const typename Exec::Guard guard(logits);
+  const Rows x = rows_of(logits);
+  const int64_t nodes = int64_t(levels.size());
+  at::Tensor out = at::empty({x.n, nodes, 2}, f32_like(logits));
+  dispatch_dtype(x.t, [&](auto d) {
+    using D = decltype(d);
+    Exec::template node_stats<D>(data_of<D>(x.t), x, chunk0, valid, levels, indices, out.data_ptr<float>());
+  });
+  return out.view(with_tail(lead_shape(logits), {nodes, 2}));
+}
+
+template <class Exec>
+at::Tensor node_entropy_op(const at::Tensor& logits, const at::Tensor& stats, int64_t chunk0, int64_t valid,
+                           at::IntArrayRef levels, at::IntArrayRef indices) {
+  check_logits(logits, "logits");
+  check_nodes(levels, indices, chunk0, valid, logits.size(-1));
+  check_same_device(logits, stats, "logits", "stats");
+  const typename Exec::Guard guard(logits);
+  const Rows x = rows_of(logits);
+  const at::Tensor st = stats.to(at::kFloat).reshape({-1, 3}).contiguous();
+  TORCH_CHECK(st.size(0) == x.n, "rl_kernel: stats has ", st.size(0), " rows, logits ", x.n);
+  const int64_t nodes = int64_t(levels.size());
+  at::Tensor out = at::empty({x.n, nodes}, f32_like(logits));
+  dispatch_dtype(x.t, [&](auto d) {
+    using D = decltype(d);
+    Exec::template node_entropy<D>(data_of<D>(x.t), x, chunk0, valid, levels, indices, st.const_data_ptr<float>(),
+                                   out.data_ptr<float>());
+  });
+  return out.view(with_tail(lead_shape(logits), {nodes}));
+}
+
+template <class Exec>
+at::Tensor join_stats_op(const at::Tensor& partials, at::IntArrayRef levels, at::IntArrayRef indices) {
+  TORCH_CHECK(partials.dim() >= 2 && partials.size(-1) == 2 && partials.scalar_type() == at::kFloat,
+              "rl_kernel: partials must be float32 [..., nodes, 2], got ", partials.scalar_type(), " ",
+              partials.sizes());
+  check_join(levels, indices, partials.size(-2));
+  const typename Exec::Guard guard(partials);
+  const at::Tensor p = partials.reshape({-1, partials.size(-2), 2}).contiguous();
+  at::Tensor stats = at::empty({p.size(0), 3}, p.options());
+  Exec::join_stats(p.const_data_ptr<float>(), p.size(0), levels, indices, stats.data_ptr<float>());
+  auto shape = partials.sizes().vec();
+  shape.pop_back();
+  shape.back() = 3;
+  return stats.view(shape);
+}
+
+template <class Exec>
+at::Tensor join_sum_op(const at::Tensor& partials, const at::Tensor& stats, at::IntArrayRef levels,
+                       at::IntArrayRef indices) {
+  TORCH_CHECK(partials.dim() >= 1 && partials.scalar_type() == at::kFloat,
+              "rl_kernel: partials must be float32 [..., nodes], got ", partials.scalar_type());
+  check_join(levels, indices, partials.size(-1));
+  check_same_device(partials, stats, "partials", "stats");
+  const typename Exec::Guard guard(partials);
+  const at::Tensor p = partials.reshape({-1, partials.size(-1)}).contiguous();
+  const at::Tensor st = stats.to(at::kFloat).reshape({-1, 3}).contiguous();
+  TORCH_CHECK(st.size(0) == p.size(0), "rl_kernel: stats has ", st.size(0), " rows, partials ", p.size(0));
+  at::Tensor out = at::empty({p.size(0)}, p.options());
+  Exec::join_sum(p.const_data_ptr<float>(), p.size(0), levels, indices, st.const_data_ptr<float>(),
+                 out.data_ptr<float>());
+  auto shape = partials.sizes().vec();
+  shape.pop_back();
+  return out.view(shape);
+}
+
 // Registers the family's operators of one executor under m's dispatch key.
 template <class Exec>
 void impl_softmax(torch::Library& m) {
   impl_ops(m, "row_stats", &row_stats_op<Exec>, "log_softmax", &log_softmax_op<Exec>, "log_softmax_backward",
            &log_softmax_backward_op<Exec>, "token_logprobs", &token_logprobs_op<Exec>, "token_logprobs_backward",
            &token_logprobs_backward_op<Exec>, "entropy", &entropy_op<Exec>, "entropy_backward",
-           &entropy_backward_op<Exec>);
+           &entropy_backward_op<Exec>, "node_stats", &node_stats_op<Exec>, "node_entropy",
+           &node_entropy_op<Exec>, "join_stats", &join_stats_op<Exec>, "join_sum", &join_sum_op<Exec>, "token_logprobs_backward_slice",
+           &token_logprobs_backward_slice_op<Exec>, "entropy_backward_slice", &entropy_backward_slice_op<Exec>);
 }
 
 }  // namespace rl

@@ -1,0 +1,255 @@
+"""rl_kernel.parallel: vocab-parallel slices give the single-device bits (contract v2, docs/numerics.md 2).
+
+The construction is checked in one process (each slice's kernels, the exchange a concatenation) on
+every device, and across real processes with gloo (tp 2 and 4). Every equality is bitwise.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import rl_kernel
+import rl_kernel.parallel as P
+from rl_kernel import inputs
+from rl_kernel.bitwise import bits_equal, diff
+
+IGNORE = -100
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# (vocab, slice widths): equal, Megatron-padded (128 x tp), unequal, one tiny slice, a partial last chunk.
+CUTS = [
+    (151936, [75968, 75968]),
+    (151936, [76032, 76032]),  # padded to 152064: 128 padding columns on rank 1
+    (151936, [37984] * 4),
+    (151936, [19008] * 8),  # padded to 152064
+    (32003, [8000, 16000, 8003]),
+    (4099, [4096, 3]),
+    (4099, [8, 4091]),
+    (1000, [504, 496]),
+]
+
+
+def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert bits_equal(got, want), f"{what}: {diff(got, want).summary()}"
+
+
+def padded_logits(rows: int, vocab: int, width: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """[rows, width] logits whose columns past vocab hold a copy of real columns (as Megatron pads)."""
+    x = inputs.logits(rows, vocab, dtype, seed=seed)
+    if width > vocab:
+        x = torch.cat([x, x[:, : width - vocab]], dim=-1)
+    return x
+
+
+def tokens_for(rows: int, vocab: int, seed: int) -> torch.Tensor:
+    t = inputs.tokens(rows, vocab, seed=seed)
+    t[::4] = IGNORE
+    t[1] = vocab - 1  # the last real column, on the last rank
+    return t
+
+
+# ---- the layout ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("c0,c1", [(0, 1), (0, 18992), (3, 7), (5, 5), (1, 4096), (9496, 18992), (123, 4567)])
+def test_decompose_tiles_the_range_with_maximal_aligned_nodes(c0: int, c1: int) -> None:
+    nodes = P.decompose(c0, c1)
+    at = c0
+    for level, index in nodes:
+        assert index << level == at, (nodes, at)
+        at += 1 << level
+        # maximal: the parent is not inside the range
+        parent_lo, parent_hi = (index >> 1) << (level + 1), ((index >> 1) + 1) << (level + 1)
+        assert not (parent_lo >= c0 and parent_hi <= c1), (level, index)
+    assert at == c1
+    assert len(nodes) <= 2 * max(1, (c1 - c0).bit_length())
+
+
+@pytest.mark.parametrize(
+    "slices,message",
+    [
+        ([P.Slice(0, 100, 200), P.Slice(100, 100, 200)], "multiple of 8"),
+        ([P.Slice(0, 96, 200), P.Slice(104, 96, 200)], "without gaps or overlaps"),
+        ([P.Slice(0, 104, 200), P.Slice(96, 104, 200)], "without gaps or overlaps"),
+        ([P.Slice(0, 96, 200), P.Slice(96, 96, 200)], "before vocab_size"),
+        ([P.Slice(0, 96, 200), P.Slice(96, 104, 201)], "vocab_size differs"),
+        ([P.Slice(0, 0, 200), P.Slice(0, 200, 200)], "holds no columns"),
+        ([], "no slices"),
+    ],
+)
+def test_bad_layouts_are_refused_by_name(slices: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        P.check_layout(slices)
+
+
+def test_a_layout_in_any_rank_order_is_accepted() -> None:
+    P.check_layout([P.Slice(96, 104, 200), P.Slice(0, 96, 200)])
+
+
+# ---- one process: every slice's kernels, the exchange a concatenation ---------------------------------
+@pytest.mark.parametrize("vocab,widths", CUTS, ids=[f"{v}-{len(w)}x{w[0]}" for v, w in CUTS])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_slices_give_the_single_device_bits(device: str, vocab: int, widths: list[int], dtype: torch.dtype) -> None:
+    rows = 6
+    x = padded_logits(rows, vocab, sum(widths), dtype, seed=vocab + len(widths)).to(device)
+    x[2, 5] = float("-inf")  # a masked column
+    tok = tokens_for(rows, vocab, seed=vocab).to(device)
+    whole = x[:, :vocab].contiguous()
+    locals_, slices = P.simulate(x, widths, vocab)
+    stats = P.join_stats([P.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
+    assert_bits(stats, rl_kernel.row_stats(whole), "row statistics")
+    assert_bits(P.simulate_token_logprobs(x, tok, widths, vocab), rl_kernel.token_logprobs(whole, tok), "log-probs")
+    assert_bits(P.simulate_entropy(x, widths, vocab), rl_kernel.entropy(whole), "entropy")
+
+
+def test_padding_columns_are_ignored_whatever_they_hold(device: str) -> None:
+    vocab, widths = 4099, [2048, 2056]
+    x = padded_logits(4, vocab, sum(widths), torch.float32, seed=3).to(device)
+    tok = tokens_for(4, vocab, seed=3).to(device)
+    want = P.simulate_token_logprobs(x, tok, widths, vocab)
+    for fill in (float("nan"), float("inf"), 1e30):
+        y = x.clone()
+        y[:, vocab:] = fill
+        assert_bits(P.simulate_token_logprobs(y, tok, widths, vocab), want, f"padding {fill}")
+        assert_bits(P.simulate_entropy(y, widths, vocab), rl_kernel.entropy(x[:, :vocab].contiguous()), "entropy")
+
+
+def test_random_cuts_on_chunk_boundaries_give_the_single_device_bits(device: str) -> None:
+    rng = random.Random(7)
+    vocab = 32000
+    x = inputs.logits(8, vocab, torch.bfloat16, seed=11).to(device)
+    tok = tokens_for(8, vocab, seed=11).to(device)
+    want_lp, want_h = rl_kernel.token_logprobs(x, tok), rl_kernel.entropy(x)
+    for _ in range(12):
+        cuts = sorted(rng.sample(range(1, vocab // 8), rng.randint(1, 7)))
+        bounds = [0, *(8 * c for c in cuts), vocab]
+        widths = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        assert_bits(P.simulate_token_logprobs(x, tok, widths), want_lp, f"log-probs, widths {widths}")
+        assert_bits(P.simulate_entropy(x, widths), want_h, f"entropy, widths {widths}")
+
+
+def test_negative_control_rank_order_merge_is_caught() -> None:
+    """Per-rank sums merged in rank order (each slice reduced as a row of its own) differ from the row's
+    tree: the comparison above can fail."""
+    vocab, widths = 151936, [75968, 75968]
+    x = inputs.logits(32, vocab, torch.float32, seed=5)
+    locals_, slices = P.simulate(x, widths)
+    whole = [
+        P.ops.node_stats(xl, 0, s.valid, [(-(-s.valid // 8) - 1).bit_length()], [0])
+        for xl, s in zip(locals_, slices, strict=True)
+    ]
+    wrong = P.rank_order_stats(whole)
+    right = rl_kernel.row_stats(x)
+    differ = (wrong[:, 1].view(torch.int32) != right[:, 1].view(torch.int32)).sum().item()
+    assert differ >= 8, f"the rank-order merge changed the sum of only {differ} of 32 rows"
+
+
+# ---- gradients -----------------------------------------------------------------------------------
+def test_each_slice_gradient_is_the_slice_of_the_single_device_gradient(device: str) -> None:
+    vocab, widths = 4099, [1024, 2048, 1032]  # padded to 4104
+    x = padded_logits(6, vocab, sum(widths), torch.bfloat16, seed=9).to(device)
+    tok = tokens_for(6, vocab, seed=9).to(device)
+    g = torch.randn(6, generator=torch.Generator().manual_seed(1)).to(device)
+    whole = x[:, :vocab].contiguous().requires_grad_()
+    (want_lp,) = torch.autograd.grad(rl_kernel.token_logprobs(whole, tok), whole, g)
+    (want_h,) = torch.autograd.grad(rl_kernel.entropy(whole), whole, g)
+    locals_, slices = P.simulate(x, widths, vocab)
+    for me, (xl, s) in enumerate(zip(locals_, slices, strict=True)):
+        leaf = xl.detach().clone().requires_grad_()
+        exchange = _fake_exchange(locals_, slices, me, tok)
+        lp = P._TokenLogprobs.apply(leaf, tok, slices, me, exchange, IGNORE)
+        (got,) = torch.autograd.grad(lp, leaf, g)
+        assert_bits(got[:, : s.valid], want_lp[:, s.start : s.start + s.valid], f"token_logprobs grad, rank {me}")
+        assert not got[:, s.valid :].any(), "padding columns got a gradient"
+        leaf = xl.detach().clone().requires_grad_()
+        h = P._Entropy.apply(leaf, slices, me, _fake_exchange(locals_, slices, me, tok, entropy=True))
+        (got,) = torch.autograd.grad(h, leaf, g)
+        assert_bits(got[:, : s.valid], want_h[:, s.start : s.start + s.valid], f"entropy grad, rank {me}")
+        assert not got[:, s.valid :].any(), "padding columns got an entropy gradient"
+
+
+def _fake_exchange(locals_, slices, me, tok, entropy=False):
+    """The exchange one rank sees, with the other ranks' contributions computed here (in call order)."""
+    stats = P.join_stats([P.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
+    steps = [[P._padded(P.local_stats(xl, s), slices, -2) for xl, s in zip(locals_, slices, strict=True)]]
+    if entropy:
+        steps.append(
+            [P._padded(P.local_entropy(xl, stats, s), slices, -1) for xl, s in zip(locals_, slices, strict=True)]
+        )
+    else:
+        steps.append([P.local_token_logprobs(xl, tok, stats, s) for xl, s in zip(locals_, slices, strict=True)])
+    calls = iter(steps)
+
+    def exchange(t: torch.Tensor) -> list[torch.Tensor]:
+        step = next(calls)
+        assert bits_equal(t, step[me]), "this rank's contribution differs from the one-process construction"
+        return step
+
+    return exchange
+
+
+# ---- real processes: gloo --------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, vocab: int, widths: list[int], out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        x = padded_logits(6, vocab, sum(widths), torch.bfloat16, seed=21)
+        tok = tokens_for(6, vocab, seed=21)
+        start = sum(widths[:rank])
+        local = x[:, start : start + widths[rank]].contiguous().requires_grad_()
+        g = torch.randn(6, generator=torch.Generator().manual_seed(2))
+        lp = rl_kernel.parallel.token_logprobs(local, tok, vocab_start=start, vocab_size=vocab)
+        (glp,) = torch.autograd.grad(lp, local, g)
+        h = rl_kernel.parallel.entropy(local, vocab_start=start, vocab_size=vocab)
+        (gh,) = torch.autograd.grad(h, local, g)
+        y, ty = padded_logits(64, vocab, sum(widths), torch.float32, seed=22), tokens_for(64, vocab, seed=22)
+        ly = y[:, start : start + widths[rank]]
+        stock = (
+            P.sum_allreduce_token_logprobs(ly, ty, vocab_start=start, vocab_size=vocab),
+            rl_kernel.parallel.token_logprobs(ly, ty, vocab_start=start, vocab_size=vocab),
+        )
+        torch.save({"lp": lp.detach(), "h": h.detach(), "glp": glp, "gh": gh, "stock": stock}, f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    "widths", [[16000, 16000], [8000, 8000, 8000, 8000], [12000, 8000, 12008]], ids=["tp2", "tp4", "unequal3"]
+)
+def test_gloo_ranks_give_the_single_device_bits(tmp_path, widths: list[int]) -> None:
+    vocab = 32003 if sum(widths) > 32003 else sum(widths)
+    out = str(tmp_path / "rank")
+    mp.start_processes(
+        _rank_main, args=(len(widths), _free_port(), vocab, widths, out), nprocs=len(widths), start_method="spawn"
+    )
+    x = padded_logits(6, vocab, sum(widths), torch.bfloat16, seed=21)
+    tok = tokens_for(6, vocab, seed=21)
+    g = torch.randn(6, generator=torch.Generator().manual_seed(2))
+    whole = x[:, :vocab].contiguous().requires_grad_()
+    want_lp = rl_kernel.token_logprobs(whole, tok)
+    (want_glp,) = torch.autograd.grad(want_lp, whole, g)
+    want_h = rl_kernel.entropy(whole)
+    (want_gh,) = torch.autograd.grad(want_h, whole, g)
+    stock_differs = False
+    for rank in range(len(widths)):
+        got = torch.load(f"{out}.{rank}")
+        start, valid = sum(widths[:rank]), min(widths[rank], vocab - sum(widths[:rank]))
+        assert_bits(got["lp"], want_lp.detach(), f"rank {rank} log-probs")
+        assert_bits(got["h"], want_h.detach(), f"rank {rank} entropy")
+        assert_bits(got["glp"][:, :valid], want_glp[:, start : start + valid], f"rank {rank} log-prob gradient")
+        assert_bits(got["gh"][:, :valid], want_gh[:, start : start + valid], f"rank {rank} entropy gradient")
+        assert not got["glp"][:, valid:].any() and not got["gh"][:, valid:].any(), "padding got a gradient"
+        stock_differs |= not bits_equal(*got["stock"])
+    # Information, not a gate elsewhere: the Megatron-style SUM all-reduce does not give these bits.
+    assert stock_differs, "the SUM all-reduce path matched rl_kernel's bits: the control shows nothing"
