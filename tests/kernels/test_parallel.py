@@ -6,6 +6,7 @@ every device, and across real processes with gloo (tp 2 and 4). Every equality i
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import socket
@@ -128,7 +129,7 @@ def test_random_cuts_on_chunk_boundaries_give_the_single_device_bits(device: str
     for _ in range(12):
         cuts = sorted(rng.sample(range(1, vocab // 8), rng.randint(1, 7)))
         bounds = [0, *(8 * c for c in cuts), vocab]
-        widths = [b - a for a, b in zip(bounds, bounds[1:], strict=False)]
+        widths = [b - a for a, b in itertools.pairwise(bounds)]
         assert_bits(P.simulate_token_logprobs(x, tok, widths), want_lp, f"log-probs, widths {widths}")
         assert_bits(P.simulate_entropy(x, widths), want_h, f"entropy, widths {widths}")
 
