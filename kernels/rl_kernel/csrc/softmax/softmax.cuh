@@ -183,17 +183,28 @@ inline float cpu_node_sum(const Term& term, int64_t valid, int64_t chunk0, int L
   return nr.n > 0 ? st.fold() : sum_empty();
 }
 
+// Nodes of the row's tree, left to right: given as arrays (a vocab-parallel layout), or `n` nodes of
+// one level (a row cut into equal aligned parts, the last one holding the row's end).
+struct NodeList {
+  const int64_t* levels;  // nullptr: node k is (uniform_level, k)
+  const int64_t* indices;
+  int64_t n;
+  int uniform_level;
+  RL_HD int level(int64_t k) const { return levels ? int(levels[k]) : uniform_level; }
+  RL_HD int64_t index(int64_t k) const { return levels ? indices[k] : k; }
+};
+
 // The root of the row's tree from node values that tile it left to right (every rank's nodes).
-RL_HD Acc join_stats_nodes(const float* part, const int64_t* levels, const int64_t* indices, int64_t n) {
+RL_HD Acc join_stats_nodes(const float* part, const NodeList& nl) {
   TreeStack<Acc> st;
-  for (int64_t k = 0; k < n; ++k) st.push(int(levels[k]), indices[k], Acc{part[2 * k], part[2 * k + 1]});
-  return n > 0 ? st.fold() : acc_empty();
+  for (int64_t k = 0; k < nl.n; ++k) st.push(nl.level(k), nl.index(k), Acc{part[2 * k], part[2 * k + 1]});
+  return nl.n > 0 ? st.fold() : acc_empty();
 }
 
-RL_HD float join_sum_nodes(const float* part, const int64_t* levels, const int64_t* indices, int64_t n) {
+RL_HD float join_sum_nodes(const float* part, const NodeList& nl) {
   TreeStack<float> st;
-  for (int64_t k = 0; k < n; ++k) st.push(int(levels[k]), indices[k], part[k]);
-  return n > 0 ? st.fold() : sum_empty();
+  for (int64_t k = 0; k < nl.n; ++k) st.push(nl.level(k), nl.index(k), part[k]);
+  return nl.n > 0 ? st.fold() : sum_empty();
 }
 
 // ============================ GPU kernels ====================================
@@ -457,60 +468,64 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 // ---- node kernels: one block per (row, node); then one thread per row joins the nodes ----------
 // Block b of the launch is node b % nodes of row b / nodes. The node's chunks start a row of their
 // own (row + 8 * first), so block_tree's alignment is the node's.
-__device__ __forceinline__ void node_of_block(int64_t b, int64_t nodes, int64_t chunk0, int64_t valid,
-                                              const int64_t* levels, const int64_t* indices, int64_t& r,
-                                              int64_t& j, NodeRange& nr) {
-  r = b / nodes;
-  j = b % nodes;
-  nr = node_range(chunk0, valid, int(levels[j]), indices[j]);
-}
-
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid, int64_t chunk0,
-                      const int64_t* levels, const int64_t* indices, int64_t nodes, float* out) {
-  int64_t r, j;
-  NodeRange nr;
-  node_of_block(row0 + RL_ROW, nodes, chunk0, valid, levels, indices, r, j, nr);
+                      NodeList nl, float* out) {
+  const int64_t b = row0 + RL_ROW, r = b / nl.n, j = b % nl.n;
+  const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
   const Acc a = block_acc<D>(x + r * row_stride + off, valid - off, nr.n);
   if (RL_TID == 0) {
-    out[2 * (r * nodes + j)] = a.m;
-    out[2 * (r * nodes + j) + 1] = a.s;
+    out[2 * b] = a.m;
+    out[2 * b + 1] = a.s;
   }
 }
 
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid,
-                        int64_t chunk0, const int64_t* levels, const int64_t* indices, int64_t nodes,
-                        const float* stats, float* out) {
-  int64_t r, j;
-  NodeRange nr;
-  node_of_block(row0 + RL_ROW, nodes, chunk0, valid, levels, indices, r, j, nr);
+                        int64_t chunk0, NodeList nl, const float* stats, float* out) {
+  const int64_t b = row0 + RL_ROW, r = b / nl.n, j = b % nl.n;
+  const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const typename D::storage* row = x + r * row_stride + off;
   const float h = block_tree(LeafSum<EntropyTerms<D>>{{row, valid - off, st}, valid - off}, nr.n, sum_empty(),
                              node_sum_shared());
-  if (RL_TID == 0) out[r * nodes + j] = h;
+  if (RL_TID == 0) out[b] = h;
 }
 
-__global__ void join_stats_kernel(int64_t rows, const float* part, const int64_t* levels, const int64_t* indices,
-                                  int64_t nodes, float* stats) {
-  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
-  if (r >= rows) return;
-  const RowStats st = finish(join_stats_nodes(part + 2 * r * nodes, levels, indices, nodes));
-  stats[3 * r] = st.m;
-  stats[3 * r + 1] = st.s;
-  stats[3 * r + 2] = st.log_s;
+__device__ __forceinline__ RowStats join_row_stats(int64_t r, const float* part, const NodeList& nl, float* stats) {
+  const RowStats st = finish(join_stats_nodes(part + 2 * r * nl.n, nl));
+  if (stats != nullptr) {
+    stats[3 * r] = st.m;
+    stats[3 * r + 1] = st.s;
+    stats[3 * r + 2] = st.log_s;
+  }
+  return st;
 }
 
-__global__ void join_sum_kernel(int64_t rows, const float* part, const int64_t* levels, const int64_t* indices,
-                                int64_t nodes, const float* stats, float* out) {
+__global__ void join_stats_kernel(int64_t rows, const float* part, NodeList nl, float* stats) {
+  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
+  if (r < rows) join_row_stats(r, part, nl, stats);
+}
+
+// The join, then the token's log-prob (a row cut into parts, token_logprobs).
+template <class D>
+__global__ void join_token_kernel(int64_t rows, const float* part, NodeList nl, const typename D::storage* x,
+                                  int64_t row_stride, int64_t V, const int64_t* tokens, int64_t ignore_index,
+                                  float* out, float* stats) {
   const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
   if (r >= rows) return;
-  const float h = join_sum_nodes(part + r * nodes, levels, indices, nodes);
+  const RowStats st = join_row_stats(r, part, nl, stats);
+  out[r] = token_logprob<D>(x + r * row_stride, V, tokens[r], ignore_index, st);
+}
+
+__global__ void join_sum_kernel(int64_t rows, const float* part, NodeList nl, const float* stats, float* out) {
+  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
+  if (r >= rows) return;
+  const float h = join_sum_nodes(part + r * nl.n, nl);
   out[r] = (stats[3 * r + 1] >= 1.0f) ? h : canonical_nan();
 }
 

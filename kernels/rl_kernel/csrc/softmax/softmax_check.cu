@@ -24,10 +24,12 @@ namespace rl {
   template __global__ void entropy_backward_kernel<D>(int64_t, const float*, const D::storage*, int64_t, int64_t, \
                                                       const float*, const float*, D::storage*);     \
   template __global__ void log_softmax_backward_kernel<D>(int64_t, const float*, const float*, int64_t, D::storage*); \
-  template __global__ void node_stats_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t,           \
-                                                const int64_t*, const int64_t*, int64_t, float*);               \
+  template __global__ void node_stats_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t, NodeList, \
+                                                float*);                                                        \
   template __global__ void node_entropy_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t,         \
-                                                  const int64_t*, const int64_t*, int64_t, const float*, float*); \
+                                                  NodeList, const float*, float*);                              \
+  template __global__ void join_token_kernel<D>(int64_t, const float*, NodeList, const D::storage*, int64_t,     \
+                                                int64_t, const int64_t*, int64_t, float*, float*);              \
   template __global__ void token_logprobs_backward_slice_kernel<D>(int64_t, const float*, const D::storage*,     \
                                                                    int64_t, int64_t, int64_t, const int64_t*,    \
                                                                    const float*, int64_t, D::storage*);          \

@@ -18,10 +18,18 @@ void put_stats(float* p, RowStats st) {
 
 RowStats get_stats(const float* p) { return RowStats{p[0], p[1], p[2]}; }
 
+NodeList host_list(const HostNodes& h) {
+  return NodeList{h.levels.empty() ? nullptr : h.levels.data(), h.indices.empty() ? nullptr : h.indices.data(), h.n,
+                  h.uniform_level};
+}
+
 struct CpuExec {
   struct Guard {
     explicit Guard(const at::Tensor&) {}
   };
+
+  // Whole rows: one thread per row already keeps every core busy (the split is tested when forced).
+  static int auto_split_level(int64_t, int64_t) { return RL_NO_SPLIT; }
 
   template <class D>
   static void row_stats(const typename D::storage* x, const Rows& r, float* stats) {
@@ -85,25 +93,33 @@ struct CpuExec {
 
   template <class D>
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
-                         at::IntArrayRef levels, at::IntArrayRef indices, float* out) {
-    const int64_t nodes = int64_t(levels.size());
+                         const HostNodes& nodes, float* out) {
+    const NodeList nl = host_list(nodes);
     for_rows(r.n, [&](int64_t i) {
-      for (int64_t j = 0; j < nodes; ++j) {
-        const Acc a = cpu_node_stats<D>(x + i * r.stride, valid, chunk0, int(levels[j]), indices[j]);
-        out[2 * (i * nodes + j)] = a.m;
-        out[2 * (i * nodes + j) + 1] = a.s;
+      for (int64_t j = 0; j < nl.n; ++j) {
+        const Acc a = cpu_node_stats<D>(x + i * r.stride, valid, chunk0, nl.level(j), nl.index(j));
+        out[2 * (i * nl.n + j)] = a.m;
+        out[2 * (i * nl.n + j) + 1] = a.s;
       }
     });
   }
 
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
-                           at::IntArrayRef levels, at::IntArrayRef indices, const float* stats, float* out) {
-    const int64_t nodes = int64_t(levels.size());
+                           const HostNodes& nodes, const float* stats, float* out) {
+    const NodeList nl = host_list(nodes);
     for_rows(r.n, [&](int64_t i) {
       const EntropyTerms<D> terms{x + i * r.stride, valid, get_stats(stats + 3 * i)};
-      for (int64_t j = 0; j < nodes; ++j)
-        out[i * nodes + j] = cpu_node_sum(terms, valid, chunk0, int(levels[j]), indices[j]);
+      for (int64_t j = 0; j < nl.n; ++j) out[i * nl.n + j] = cpu_node_sum(terms, valid, chunk0, nl.level(j), nl.index(j));
+    });
+  }
+
+  template <class D>
+  static void join_token(const float* part, const HostNodes& nodes, const typename D::storage* x, const Rows& r,
+                         const int64_t* tok, int64_t ignore, float* out, float* stats) {
+    join_stats(part, r.n, nodes, stats);
+    for_rows(r.n, [&](int64_t i) {
+      out[i] = token_logprob<D>(x + i * r.stride, r.v, tok[i], ignore, get_stats(stats + 3 * i));
     });
   }
 
@@ -131,19 +147,15 @@ struct CpuExec {
     });
   }
 
-  static void join_stats(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
-                         float* stats) {
-    const int64_t nodes = int64_t(levels.size());
-    for_rows(rows, [&](int64_t i) {
-      put_stats(stats + 3 * i, finish(join_stats_nodes(part + 2 * i * nodes, levels.data(), indices.data(), nodes)));
-    });
+  static void join_stats(const float* part, int64_t rows, const HostNodes& nodes, float* stats) {
+    const NodeList nl = host_list(nodes);
+    for_rows(rows, [&](int64_t i) { put_stats(stats + 3 * i, finish(join_stats_nodes(part + 2 * i * nl.n, nl))); });
   }
 
-  static void join_sum(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
-                       const float* stats, float* out) {
-    const int64_t nodes = int64_t(levels.size());
+  static void join_sum(const float* part, int64_t rows, const HostNodes& nodes, const float* stats, float* out) {
+    const NodeList nl = host_list(nodes);
     for_rows(rows, [&](int64_t i) {
-      const float h = join_sum_nodes(part + i * nodes, levels.data(), indices.data(), nodes);
+      const float h = join_sum_nodes(part + i * nl.n, nl);
       out[i] = (stats[3 * i + 1] >= 1.0f) ? h : canonical_nan();
     });
   }
@@ -175,3 +187,6 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_softmax<rl::CpuExec>(m); }
+
+// Host-only: the forced row split of every executor (a launch choice; tests force it).
+TORCH_LIBRARY_FRAGMENT(rl_kernel, m) { m.def("_set_row_split(int level) -> int", &rl::set_row_split); }

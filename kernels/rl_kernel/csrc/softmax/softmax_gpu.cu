@@ -55,6 +55,9 @@ at::Tensor device_ints(at::IntArrayRef v, const at::Device& dev) {
 template <class Kernel, class... Args>
 void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
   if (rows == 0) return;
+#if defined(RL_MUTATIONS)
+  sync_mutation();
+#endif
   const unsigned blocks = static_cast<unsigned>((rows + RL_BLOCK - 1) / RL_BLOCK);
   kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(rows, args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -62,11 +65,41 @@ void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
 
 at::Device current_device() { return at::Device(at::kCUDA, c10::cuda::current_device()); }
 
+// The node list on the device: arrays copied (a few dozen int64), or one level (nothing to copy).
+struct DeviceNodes {
+  at::Tensor levels, indices;
+  NodeList list;
+  explicit DeviceNodes(const HostNodes& h) {
+    list = NodeList{nullptr, nullptr, h.n, h.uniform_level};
+    if (h.levels.empty()) return;
+    levels = device_ints(h.levels, current_device());
+    indices = device_ints(h.indices, current_device());
+    list.levels = levels.const_data_ptr<int64_t>();
+    list.indices = indices.const_data_ptr<int64_t>();
+  }
+};
+
+int multiprocessors() {
+  static const int n = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  return n;
+}
+
 struct GpuExec {
   struct Guard {
     explicit Guard(const at::Tensor& t) : g(t.device()) {}
     c10::cuda::CUDAGuard g;
   };
+
+  // Few rows: cut each into parts so that about 4 blocks per multiprocessor run (at least 256 chunks,
+  // 2048 elements, a part); many rows: one block per row.
+  static int auto_split_level(int64_t rows, int64_t V) {
+    const int64_t want = 4 * int64_t(multiprocessors());
+    if (rows >= want) return RL_NO_SPLIT;
+    const int64_t per_part = chunks_of(V) * rows / want;
+    int L = 8;
+    while (L < 40 && (int64_t(1) << L) < per_part) ++L;
+    return L;
+  }
 
   template <class D>
   static void row_stats(const typename D::storage* x, const Rows& r, float* stats) {
@@ -110,20 +143,23 @@ struct GpuExec {
 
   template <class D>
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
-                         at::IntArrayRef levels, at::IntArrayRef indices, float* out) {
-    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
-    const int64_t nodes = int64_t(levels.size());
-    launch(node_stats_kernel<D>, r.n * nodes, x, r.stride, valid, chunk0, l.const_data_ptr<int64_t>(),
-           i.const_data_ptr<int64_t>(), nodes, out);
+                         const HostNodes& nodes, float* out) {
+    const DeviceNodes dn(nodes);
+    launch(node_stats_kernel<D>, r.n * nodes.n, x, r.stride, valid, chunk0, dn.list, out);
   }
 
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
-                           at::IntArrayRef levels, at::IntArrayRef indices, const float* stats, float* out) {
-    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
-    const int64_t nodes = int64_t(levels.size());
-    launch(node_entropy_kernel<D>, r.n * nodes, x, r.stride, valid, chunk0, l.const_data_ptr<int64_t>(),
-           i.const_data_ptr<int64_t>(), nodes, stats, out);
+                           const HostNodes& nodes, const float* stats, float* out) {
+    const DeviceNodes dn(nodes);
+    launch(node_entropy_kernel<D>, r.n * nodes.n, x, r.stride, valid, chunk0, dn.list, stats, out);
+  }
+
+  template <class D>
+  static void join_token(const float* part, const HostNodes& nodes, const typename D::storage* x, const Rows& r,
+                         const int64_t* tok, int64_t ignore, float* out, float* stats) {
+    const DeviceNodes dn(nodes);
+    launch_per_row(join_token_kernel<D>, r.n, part, dn.list, x, r.stride, r.v, tok, ignore, out, stats);
   }
 
   template <class D>
@@ -139,18 +175,14 @@ struct GpuExec {
     launch(entropy_backward_slice_kernel<D>, r.n, g, x, r.stride, r.v, valid, stats, H, gin);
   }
 
-  static void join_stats(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
-                         float* stats) {
-    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
-    launch_per_row(join_stats_kernel, rows, part, l.const_data_ptr<int64_t>(), i.const_data_ptr<int64_t>(),
-                   int64_t(levels.size()), stats);
+  static void join_stats(const float* part, int64_t rows, const HostNodes& nodes, float* stats) {
+    const DeviceNodes dn(nodes);
+    launch_per_row(join_stats_kernel, rows, part, dn.list, stats);
   }
 
-  static void join_sum(const float* part, int64_t rows, at::IntArrayRef levels, at::IntArrayRef indices,
-                       const float* stats, float* out) {
-    const at::Tensor l = device_ints(levels, current_device()), i = device_ints(indices, current_device());
-    launch_per_row(join_sum_kernel, rows, part, l.const_data_ptr<int64_t>(), i.const_data_ptr<int64_t>(),
-                   int64_t(levels.size()), stats, out);
+  static void join_sum(const float* part, int64_t rows, const HostNodes& nodes, const float* stats, float* out) {
+    const DeviceNodes dn(nodes);
+    launch_per_row(join_sum_kernel, rows, part, dn.list, stats, out);
   }
 };
 

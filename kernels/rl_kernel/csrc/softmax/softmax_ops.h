@@ -7,6 +7,49 @@
 
 namespace rl {
 
+// Nodes as the operators receive them (host arrays, or n nodes of one level); each executor
+// turns them into a NodeList its kernels can read.
+struct HostNodes {
+  at::IntArrayRef levels;  // empty: n nodes of uniform_level
+  at::IntArrayRef indices;
+  int64_t n;
+  int uniform_level;
+};
+
+inline HostNodes given_nodes(at::IntArrayRef levels, at::IntArrayRef indices) {
+  return HostNodes{levels, indices, int64_t(levels.size()), 0};
+}
+
+// ---- a row cut into equal aligned parts: several blocks per row -----------------------------
+// The cut is a launch choice that never changes a bit (the row's tree is the same, docs/numerics.md
+// section 2). -1: the executor chooses (Exec::auto_split_level); L >= 0: parts of 2^L chunks whenever
+// the row has more; RL_NO_SPLIT: never. Set by torch.ops.rl_kernel._set_row_split (tests force it).
+constexpr int RL_NO_SPLIT = 63;
+inline std::atomic<int>& forced_split_level() {
+  static std::atomic<int> level(-1);
+  return level;
+}
+
+template <class Exec>
+int split_level(int64_t rows, int64_t V) {
+  const int forced = forced_split_level().load();
+  const int L = forced >= 0 ? forced : Exec::auto_split_level(rows, V);
+  return (L < RL_NO_SPLIT && chunks_of(V) > (int64_t(1) << L)) ? L : RL_NO_SPLIT;
+}
+
+inline HostNodes equal_parts(int64_t V, int L) {
+  const int64_t size = int64_t(1) << L;
+  return HostNodes{{}, {}, (chunks_of(V) + size - 1) / size, L};
+}
+
+// Row statistics of a row cut into parts: the parts' nodes, then their join.
+template <class Exec, class D>
+void split_stats(const Rows& x, const HostNodes& nodes, float* stats) {
+  at::Tensor part = at::empty({x.n, nodes.n, 2}, f32_like(x.t));
+  Exec::template node_stats<D>(data_of<D>(x.t), x, 0, x.v, nodes, part.data_ptr<float>());
+  Exec::join_stats(part.const_data_ptr<float>(), x.n, nodes, stats);
+}
+
 inline std::vector<int64_t> stats_shape(const at::Tensor& x) {
   auto s = lead_shape(x);
   s.push_back(3);
@@ -23,9 +66,13 @@ at::Tensor row_stats_op(const at::Tensor& logits) {
   const typename Exec::Guard guard(logits);
   const Rows x = rows_of(logits);
   at::Tensor stats = at::empty({x.n, 3}, f32_like(logits));
+  const int L = split_level<Exec>(x.n, x.v);
   dispatch_dtype(x.t, [&](auto d) {
     using D = decltype(d);
-    Exec::template row_stats<D>(data_of<D>(x.t), x, stats.data_ptr<float>());
+    if (L != RL_NO_SPLIT)
+      split_stats<Exec, D>(x, equal_parts(x.v, L), stats.data_ptr<float>());
+    else
+      Exec::template row_stats<D>(data_of<D>(x.t), x, stats.data_ptr<float>());
   });
   return stats.view(stats_shape(logits));
 }
@@ -72,10 +119,20 @@ std::tuple<at::Tensor, at::Tensor> token_logprobs_op(const at::Tensor& logits, c
   const at::Tensor tok = tokens.reshape({-1}).contiguous();
   at::Tensor out = at::empty({x.n}, f32_like(logits));
   at::Tensor stats = at::empty({x.n, 3}, f32_like(logits));
+  const int L = split_level<Exec>(x.n, x.v);
   dispatch_dtype(x.t, [&](auto d) {
     using D = decltype(d);
-    Exec::template token_logprobs<D>(data_of<D>(x.t), x, tok.const_data_ptr<int64_t>(), ignore_index,
-                                     out.data_ptr<float>(), stats.data_ptr<float>());
+    if (L != RL_NO_SPLIT) {
+      const HostNodes nodes = equal_parts(x.v, L);
+      at::Tensor part = at::empty({x.n, nodes.n, 2}, f32_like(logits));
+      Exec::template node_stats<D>(data_of<D>(x.t), x, 0, x.v, nodes, part.data_ptr<float>());
+      Exec::template join_token<D>(part.const_data_ptr<float>(), nodes, data_of<D>(x.t), x,
+                                   tok.const_data_ptr<int64_t>(), ignore_index, out.data_ptr<float>(),
+                                   stats.data_ptr<float>());
+    } else {
+      Exec::template token_logprobs<D>(data_of<D>(x.t), x, tok.const_data_ptr<int64_t>(), ignore_index,
+                                       out.data_ptr<float>(), stats.data_ptr<float>());
+    }
   });
   return {out.view(lead_shape(logits)), stats.view(stats_shape(logits))};
 }
@@ -107,9 +164,19 @@ std::tuple<at::Tensor, at::Tensor> entropy_op(const at::Tensor& logits) {
   const Rows x = rows_of(logits);
   at::Tensor out = at::empty({x.n}, f32_like(logits));
   at::Tensor stats = at::empty({x.n, 3}, f32_like(logits));
+  const int L = split_level<Exec>(x.n, x.v);
   dispatch_dtype(x.t, [&](auto d) {
     using D = decltype(d);
-    Exec::template entropy<D>(data_of<D>(x.t), x, out.data_ptr<float>(), stats.data_ptr<float>());
+    if (L != RL_NO_SPLIT) {
+      const HostNodes nodes = equal_parts(x.v, L);
+      split_stats<Exec, D>(x, nodes, stats.data_ptr<float>());
+      at::Tensor part = at::empty({x.n, nodes.n}, f32_like(logits));
+      Exec::template node_entropy<D>(data_of<D>(x.t), x, 0, x.v, nodes, stats.const_data_ptr<float>(),
+                                     part.data_ptr<float>());
+      Exec::join_sum(part.const_data_ptr<float>(), x.n, nodes, stats.const_data_ptr<float>(), out.data_ptr<float>());
+    } else {
+      Exec::template entropy<D>(data_of<D>(x.t), x, out.data_ptr<float>(), stats.data_ptr<float>());
+    }
   });
   return {out.view(lead_shape(logits)), stats.view(stats_shape(logits))};
 }
@@ -222,7 +289,8 @@ at::Tensor node_stats_op(const at::Tensor& logits, int64_t chunk0, int64_t valid
   at::Tensor out = at::empty({x.n, nodes, 2}, f32_like(logits));
   dispatch_dtype(x.t, [&](auto d) {
     using D = decltype(d);
-    Exec::template node_stats<D>(data_of<D>(x.t), x, chunk0, valid, levels, indices, out.data_ptr<float>());
+    Exec::template node_stats<D>(data_of<D>(x.t), x, chunk0, valid, given_nodes(levels, indices),
+                                 out.data_ptr<float>());
   });
   return out.view(with_tail(lead_shape(logits), {nodes, 2}));
 }
@@ -241,8 +309,8 @@ at::Tensor node_entropy_op(const at::Tensor& logits, const at::Tensor& stats, in
   at::Tensor out = at::empty({x.n, nodes}, f32_like(logits));
   dispatch_dtype(x.t, [&](auto d) {
     using D = decltype(d);
-    Exec::template node_entropy<D>(data_of<D>(x.t), x, chunk0, valid, levels, indices, st.const_data_ptr<float>(),
-                                   out.data_ptr<float>());
+    Exec::template node_entropy<D>(data_of<D>(x.t), x, chunk0, valid, given_nodes(levels, indices),
+                                   st.const_data_ptr<float>(), out.data_ptr<float>());
   });
   return out.view(with_tail(lead_shape(logits), {nodes}));
 }
@@ -256,7 +324,7 @@ at::Tensor join_stats_op(const at::Tensor& partials, at::IntArrayRef levels, at:
   const typename Exec::Guard guard(partials);
   const at::Tensor p = partials.reshape({-1, partials.size(-2), 2}).contiguous();
   at::Tensor stats = at::empty({p.size(0), 3}, p.options());
-  Exec::join_stats(p.const_data_ptr<float>(), p.size(0), levels, indices, stats.data_ptr<float>());
+  Exec::join_stats(p.const_data_ptr<float>(), p.size(0), given_nodes(levels, indices), stats.data_ptr<float>());
   auto shape = partials.sizes().vec();
   shape.pop_back();
   shape.back() = 3;
@@ -275,11 +343,18 @@ at::Tensor join_sum_op(const at::Tensor& partials, const at::Tensor& stats, at::
   const at::Tensor st = stats.to(at::kFloat).reshape({-1, 3}).contiguous();
   TORCH_CHECK(st.size(0) == p.size(0), "rl_kernel: stats has ", st.size(0), " rows, partials ", p.size(0));
   at::Tensor out = at::empty({p.size(0)}, p.options());
-  Exec::join_sum(p.const_data_ptr<float>(), p.size(0), levels, indices, st.const_data_ptr<float>(),
+  Exec::join_sum(p.const_data_ptr<float>(), p.size(0), given_nodes(levels, indices), st.const_data_ptr<float>(),
                  out.data_ptr<float>());
   auto shape = partials.sizes().vec();
   shape.pop_back();
   return out.view(shape);
+}
+
+// The previous forced level (-1: the executor's choice); see forced_split_level.
+inline int64_t set_row_split(int64_t level) {
+  TORCH_CHECK(level >= -1 && level <= RL_NO_SPLIT, "rl_kernel: row split level must be in [-1, ", RL_NO_SPLIT,
+              "], got ", level);
+  return forced_split_level().exchange(int(level));
 }
 
 // Registers the family's operators of one executor under m's dispatch key.
