@@ -56,6 +56,7 @@ for s in $steps; do
     mutations) step mutations python3 -m rlparity.cli selftest --mutations --target sm90 --out "$out/mutations"
                flatten mutations ;;
     bench) step bench python3 bench/bench_token_logprobs.py --json "$out/bench.json" ;;
+    row) step row python3 bench/bench_row.py --json "$out/row.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -222,6 +222,7 @@ constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a 
 #if defined(__HIP_DEVICE_COMPILE__)
 #define RL_TID (int(__builtin_amdgcn_workitem_id_x()))
 #define RL_ROW (int64_t(__builtin_amdgcn_workgroup_id_x()))
+#define RL_NODE (int64_t(__builtin_amdgcn_workgroup_id_y()))
 #define RL_SYNC()                                             \
   do {                                                        \
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");    \
@@ -231,6 +232,7 @@ constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a 
 #else
 #define RL_TID (int(threadIdx.x))
 #define RL_ROW (int64_t(blockIdx.x))
+#define RL_NODE (int64_t(blockIdx.y))
 #define RL_SYNC() __syncthreads()
 #endif
 
@@ -466,13 +468,14 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
 }
 
 // ---- node kernels: one block per (row, node); then one thread per row joins the nodes ----------
-// Block b of the launch is node b % nodes of row b / nodes. The node's chunks start a row of their
-// own (row + 8 * first), so block_tree's alignment is the node's.
+// Block (x, y) of the launch is node y of row row0 + x (no integer division on the device: AMD lowers
+// it through v_rcp_f32). The node's chunks start a row of their own (row + 8 * first), so
+// block_tree's alignment is the node's.
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid, int64_t chunk0,
                       NodeList nl, float* out) {
-  const int64_t b = row0 + RL_ROW, r = b / nl.n, j = b % nl.n;
+  const int64_t r = row0 + RL_ROW, j = RL_NODE, b = r * nl.n + j;
   const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
   const Acc a = block_acc<D>(x + r * row_stride + off, valid - off, nr.n);
@@ -486,7 +489,7 @@ template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid,
                         int64_t chunk0, NodeList nl, const float* stats, float* out) {
-  const int64_t b = row0 + RL_ROW, r = b / nl.n, j = b % nl.n;
+  const int64_t r = row0 + RL_ROW, j = RL_NODE, b = r * nl.n + j;
   const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};

@@ -28,11 +28,12 @@ void sync_mutation() {
 }
 #endif
 
-// One block per row, in launches of at most max_rows_per_launch() rows (launch.h):
-// launch i runs rows launch_first_row(i) ..., passed to the kernel as row0.
+// One block per row (per node of a row: the grid's y), in launches of at most max_rows_per_launch()
+// rows (launch.h): launch i runs rows launch_first_row(i) ..., passed to the kernel as row0.
 template <class Kernel, class... Args>
-void launch(Kernel kernel, int64_t rows, Args... args) {
-  if (rows == 0) return;
+void launch_nodes(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
+  if (rows == 0 || nodes == 0) return;
+  TORCH_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
 #if defined(RL_MUTATIONS)
   sync_mutation();
 #endif
@@ -41,9 +42,15 @@ void launch(Kernel kernel, int64_t rows, Args... args) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t first = launch_first_row(i, cap);
     const unsigned blocks = static_cast<unsigned>(launch_rows(rows, cap, i));
-    kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first, args...);
+    kernel<<<dim3(blocks, static_cast<unsigned>(nodes)), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first,
+                                                                                                         args...);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+}
+
+template <class Kernel, class... Args>
+void launch(Kernel kernel, int64_t rows, Args... args) {
+  launch_nodes(kernel, rows, 1, args...);
 }
 
 // The node lists, copied to the device (a few dozen int64 each).
@@ -145,14 +152,14 @@ struct GpuExec {
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                          const HostNodes& nodes, float* out) {
     const DeviceNodes dn(nodes);
-    launch(node_stats_kernel<D>, r.n * nodes.n, x, r.stride, valid, chunk0, dn.list, out);
+    launch_nodes(node_stats_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, dn.list, out);
   }
 
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                            const HostNodes& nodes, const float* stats, float* out) {
     const DeviceNodes dn(nodes);
-    launch(node_entropy_kernel<D>, r.n * nodes.n, x, r.stride, valid, chunk0, dn.list, stats, out);
+    launch_nodes(node_entropy_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, dn.list, stats, out);
   }
 
   template <class D>
