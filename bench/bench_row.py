@@ -55,7 +55,7 @@ def synced(fns: dict, reps: int) -> dict[str, float]:
 def liger():
     try:
         from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction
-    except Exception as exc:  # noqa: BLE001 - report why, time the rest
+    except Exception as exc:
         print(f"liger-kernel not available: {exc}", file=sys.stderr)
         return None
 
