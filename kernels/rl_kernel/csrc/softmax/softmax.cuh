@@ -43,6 +43,7 @@ template <class D>
 struct ScalarChunks {
   const typename D::storage* row;
   int64_t V;
+  RL_HD ScalarChunks shifted(int64_t chunks) const { return ScalarChunks{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK}; }
   RL_HD void operator()(int64_t c, float x[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
@@ -120,6 +121,9 @@ struct EntropyTerms {
   const typename D::storage* row;
   int64_t V;
   RowStats st;
+  RL_HD EntropyTerms shifted(int64_t chunks) const {
+    return EntropyTerms{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK, st};
+  }
   RL_HD void operator()(int64_t c, float v[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
@@ -137,6 +141,7 @@ inline float cpu_entropy_row(const typename D::storage* row, int64_t V, RowStats
 struct FlushedTerms {  // sum of a fp32 row (gradients), flushed per element
   const float* row;
   int64_t V;
+  RL_HD FlushedTerms shifted(int64_t chunks) const { return FlushedTerms{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK}; }
   RL_HD void operator()(int64_t c, float v[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
     RL_UNROLL(unroll)
@@ -242,6 +247,9 @@ template <class D>
 struct VecChunks {
   const typename D::storage* row;
   int64_t V;
+  __device__ __forceinline__ VecChunks shifted(int64_t chunks) const {
+    return VecChunks{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK};
+  }
   __device__ __forceinline__ void operator()(int64_t c, float x[RL_CHUNK], bool full) const {
     if (full) {
       load_full(row + int64_t(c) * RL_CHUNK, x);
@@ -271,48 +279,128 @@ __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
   return (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
 }
 
-// ---- the row tree in one block ----------------------------------------------
-// A block evaluates the tree over n chunks (a whole row from chunk 0, or one aligned node)
-// tile by tile: a tile is RL_TILE = RL_BLOCK * RL_GROUP consecutive chunks, an aligned node
-// of level RL_TILE_LEVEL. Thread t joins the RL_GROUP leaves of its chunks (an in-thread
-// subtree), the block joins the RL_BLOCK group nodes pairwise in shared memory (neighbours,
-// one level per barrier), and thread 0 pushes the tile's node into a TreeStack. Chunks at
-// or past n are the empty node. RL_GROUP changes the schedule, never the tree.
-#ifndef RL_GROUP
-#define RL_GROUP 4
+// ---- the row tree on the GPU: warps own whole nodes -------------------------------------------
+// Every level below is a schedule of the same tree (reduce.h), never another tree:
+//   * a warp tile: 32 lanes x 8 consecutive chunks = 256 chunks, an aligned node of level 8. Lane l
+//     joins the leaves of its 8 chunks (an in-lane subtree), then 5 shuffle levels join neighbouring
+//     lanes (xor 1, 2, ..., 16; the lower lane's node on the left).
+//   * a warp node: a node of level L >= 8 evaluated by one warp, its tiles pushed into a TreeStack.
+//   * a row in one block: warps take the row's nodes of level RL_WARP_NODE_LEVEL round robin, the
+//     node values go to shared memory, and warp 0 joins up to 256 of them as one more warp tile (an
+//     aligned node of level RL_WARP_NODE_LEVEL + 8); longer rows push those into a TreeStack.
+// Chunks at or past n are the empty node (the exact identity of join), so a node that holds the
+// row's end is the tree with its empty right part, as the contract says.
+constexpr int RL_WARP = 32;  // lanes of one shuffle group (a logical warp; two per wave64 on AMD)
+constexpr int RL_LANE_CHUNKS = 8;
+constexpr int RL_WARP_TILE = RL_WARP * RL_LANE_CHUNKS;  // chunks
+constexpr int RL_WARP_TILE_LEVEL = 8;
+constexpr int RL_WARPS = RL_BLOCK / RL_WARP;
+#ifndef RL_WARP_NODE_LEVEL
+#define RL_WARP_NODE_LEVEL 9
 #endif
-constexpr int RL_TILE = RL_BLOCK * RL_GROUP;
-constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
-constexpr int RL_TILE_LEVEL = log2_of(RL_TILE);
-static_assert((RL_GROUP & (RL_GROUP - 1)) == 0 && (RL_BLOCK & (RL_BLOCK - 1)) == 0, "powers of two");
-// Tiles of one block: a TreeStack of 40 holds any row below 2^40 tiles.
-constexpr int RL_TILE_STACK = 40;
+constexpr int RL_ROW_GROUP = RL_WARP_TILE;  // node values warp 0 joins at once
+static_assert(RL_WARP_TILE == (1 << RL_WARP_TILE_LEVEL) && RL_WARP_NODE_LEVEL >= RL_WARP_TILE_LEVEL, "shape");
 
+__device__ __forceinline__ int lane_id() { return RL_TID & (RL_WARP - 1); }
+__device__ __forceinline__ int warp_id() { return RL_TID / RL_WARP; }
+
+// The value of lane (lane ^ mask) of this logical warp.
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  const int lane = int(__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)));
+  return __int_as_float(__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __float_as_int(v)));
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+__device__ __forceinline__ Acc shfl_xor(Acc a, int mask) { return Acc{shfl_xor(a.m, mask), shfl_xor(a.s, mask)}; }
+
+// The tree over 32 lanes' values (lane l holding node l of one level): every lane gets the root.
+template <class P>
+__device__ __forceinline__ P warp_join(P v) {
+  const int lane = lane_id();
+  RL_UNROLL(unroll)
+  for (int m = 1; m < RL_WARP; m <<= 1) {
+    const P o = shfl_xor(v, m);
+    v = (lane & m) ? join(o, v) : join(v, o);
+  }
+  return v;
+}
+
+// The in-lane subtree of 8 values, in place; g[0] is its root.
+template <class P>
+__device__ __forceinline__ P lane_join(P g[RL_LANE_CHUNKS]) {
+  RL_UNROLL(unroll)
+  for (int w = 1; w < RL_LANE_CHUNKS; w <<= 1) {
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_LANE_CHUNKS; j += 2 * w) g[j] = join(g[j], g[j + w]);
+  }
+  return g[0];
+}
+
+// The warp tile of chunks [c0, c0 + 256), chunks at or past n empty; every lane gets it.
+template <class P, class Leaf>
+__device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, P empty) {
+  const int64_t base = c0 + int64_t(lane_id()) * RL_LANE_CHUNKS;
+  P g[RL_LANE_CHUNKS];
+  if (base + RL_LANE_CHUNKS <= n) {
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_LANE_CHUNKS; ++j) g[j] = leaf(base + j);
+  } else {
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_LANE_CHUNKS; ++j) g[j] = (base + j < n) ? leaf(base + j) : empty;
+  }
+  return warp_join(lane_join(g));
+}
+
+// Node of level L (>= 8) whose chunks are [0, 2^L) of leaf's row, chunks at or past n empty.
+template <class P, class Leaf>
+__device__ __forceinline__ P warp_node(const Leaf& leaf, int L, int64_t n, P empty) {
+  const int64_t size = int64_t(1) << L;
+  const int64_t tiles = ((n < size ? n : size) + RL_WARP_TILE - 1) / RL_WARP_TILE;
+  if (tiles <= 1) return tiles == 1 ? warp_tile(leaf, 0, n, empty) : empty;
+  TreeStack<P, 40> st;
+  for (int64_t k = 0; k < tiles; ++k) st.push(RL_WARP_TILE_LEVEL, k, warp_tile(leaf, k * RL_WARP_TILE, n, empty));
+  return st.fold();
+}
+
+// A node of any level L (>= 0) by one warp: below level 8 it is the subtree of its (empty-padded)
+// warp tile, since it starts the tile.
+template <class P, class Leaf>
+__device__ __forceinline__ P warp_any_node(const Leaf& leaf, int L, int64_t n, P empty) {
+  const int64_t size = int64_t(1) << L;
+  return L < RL_WARP_TILE_LEVEL ? warp_tile(leaf, 0, n < size ? n : size, empty) : warp_node(leaf, L, n, empty);
+}
+
+// The whole tree over chunks [0, n) by one block; every thread gets the root.
 template <class P, class Leaf>
 __device__ __forceinline__ P block_tree(const Leaf& leaf, int64_t n, P empty, P* sh) {
-  const int t = RL_TID;
-  TreeStack<P, RL_TILE_STACK> st;
-  const int64_t ntiles = (n + RL_TILE - 1) / RL_TILE;
-  for (int64_t k = 0; k < ntiles; ++k) {
-    const int64_t c0 = k * RL_TILE + int64_t(t) * RL_GROUP;
-    P g[RL_GROUP];
-    RL_UNROLL(unroll)
-    for (int j = 0; j < RL_GROUP; ++j) g[j] = (c0 + j < n) ? leaf(c0 + j) : empty;
-    RL_UNROLL(unroll)
-    for (int w = 1; w < RL_GROUP; w <<= 1) {
-      RL_UNROLL(unroll)
-      for (int j = 0; j < RL_GROUP; j += 2 * w) g[j] = join(g[j], g[j + w]);
+  constexpr int64_t node = int64_t(1) << RL_WARP_NODE_LEVEL;
+  const int64_t nodes = (n + node - 1) / node;
+  const int w = warp_id();
+  TreeStack<P, 24> st;  // groups of 256 nodes (thread 0 only)
+  for (int64_t g0 = 0; g0 < nodes; g0 += RL_ROW_GROUP) {
+    for (int64_t j = g0 + w; j < g0 + RL_ROW_GROUP && j < nodes; j += RL_WARPS) {
+      const int64_t off = j * node;
+      const Leaf lj = leaf.shifted(off);
+      const P v = warp_node(lj, RL_WARP_NODE_LEVEL, n - off, empty);
+      if (lane_id() == 0) sh[j - g0] = v;
     }
-    sh[t] = g[0];
     RL_SYNC();
-    for (int s = 1; s < RL_BLOCK; s <<= 1) {
-      if (t < RL_BLOCK / (2 * s)) sh[2 * s * t] = join(sh[2 * s * t], sh[2 * s * t + s]);
-      RL_SYNC();
+    if (w == 0) {
+      const int64_t have = (nodes - g0 < RL_ROW_GROUP) ? nodes - g0 : RL_ROW_GROUP;
+      P g[RL_LANE_CHUNKS];
+      RL_UNROLL(unroll)
+      for (int j = 0; j < RL_LANE_CHUNKS; ++j) {
+        const int64_t k = int64_t(lane_id()) * RL_LANE_CHUNKS + j;
+        g[j] = k < have ? sh[k] : empty;
+      }
+      const P v = warp_join(lane_join(g));
+      if (lane_id() == 0) st.push(RL_WARP_NODE_LEVEL + RL_WARP_TILE_LEVEL, g0 / RL_ROW_GROUP, v);
     }
-    if (t == 0) st.push(RL_TILE_LEVEL, k, sh[0]);
+    RL_SYNC();
   }
-  RL_SYNC();  // sh[0] is read by thread 0 above before anyone writes it below
-  if (t == 0) sh[0] = (ntiles > 0) ? st.fold() : empty;
+  if (RL_TID == 0) sh[0] = nodes > 0 ? st.fold() : empty;
   RL_SYNC();
   const P r = sh[0];
   RL_SYNC();  // sh is reused by the next call
@@ -324,6 +412,9 @@ struct LeafStats {
   Load load;
   int64_t V;
   __device__ __forceinline__ Acc operator()(int64_t c) const { return leaf_of(load, c, V); }
+  __device__ __forceinline__ LeafStats shifted(int64_t chunks) const {
+    return LeafStats{load.shifted(chunks), V - chunks * RL_CHUNK};
+  }
 };
 
 template <class Term>
@@ -331,12 +422,15 @@ struct LeafSum {
   Term term;
   int64_t V;
   __device__ __forceinline__ float operator()(int64_t c) const { return leaf_of_sum(term, c, V); }
+  __device__ __forceinline__ LeafSum shifted(int64_t chunks) const {
+    return LeafSum{term.shifted(chunks), V - chunks * RL_CHUNK};
+  }
 };
 
 // The tree over the first n chunks of a row of V elements (every thread returns it).
 template <class D>
 __device__ __forceinline__ Acc block_acc(const typename D::storage* row, int64_t V, int64_t n) {
-  __shared__ Acc sh[RL_BLOCK];
+  __shared__ Acc sh[RL_ROW_GROUP];
   return aligned16<D>(row) ? block_tree(LeafStats<VecChunks<D>>{{row, V}, V}, n, acc_empty(), sh)
                            : block_tree(LeafStats<ScalarChunks<D>>{{row, V}, V}, n, acc_empty(), sh);
 }
@@ -348,7 +442,7 @@ __device__ __forceinline__ RowStats block_stats(const typename D::storage* row, 
 }
 
 __device__ __forceinline__ float* node_sum_shared() {
-  __shared__ float sh[RL_BLOCK];
+  __shared__ float sh[RL_ROW_GROUP];
   return sh;
 }
 
@@ -467,21 +561,27 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     gin[r * V + i] = D::store(i < valid ? entropy_grad(g[r], logprob(D::load(row, i), st), H[r]) : 0.0f);
 }
 
-// ---- node kernels: one block per (row, node); then one thread per row joins the nodes ----------
-// Block (x, y) of the launch is node y of row row0 + x (no integer division on the device: AMD lowers
-// it through v_rcp_f32). The node's chunks start a row of their own (row + 8 * first), so
-// block_tree's alignment is the node's.
+// ---- node kernels: one warp per (row, node); then one thread per row joins the nodes ----------
+// Warp w of block (x, y) is node 8y + w of row row0 + x (no integer division on the device: AMD
+// lowers it through v_rcp_f32). The node's chunks start a row of their own (row + 8 * first), so
+// the warp's alignment is the node's.
+__device__ __forceinline__ int64_t node_of_warp() { return RL_NODE * RL_WARPS + warp_id(); }
+
 template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid, int64_t chunk0,
                       NodeList nl, float* out) {
-  const int64_t r = row0 + RL_ROW, j = RL_NODE, b = r * nl.n + j;
+  const int64_t r = row0 + RL_ROW, j = node_of_warp();
+  if (j >= nl.n) return;
   const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
-  const Acc a = block_acc<D>(x + r * row_stride + off, valid - off, nr.n);
-  if (RL_TID == 0) {
-    out[2 * b] = a.m;
-    out[2 * b + 1] = a.s;
+  const typename D::storage* row = x + r * row_stride + off;
+  const int64_t V = valid - off;
+  const Acc a = aligned16<D>(row) ? warp_any_node(LeafStats<VecChunks<D>>{{row, V}, V}, nl.level(j), nr.n, acc_empty())
+                                  : warp_any_node(LeafStats<ScalarChunks<D>>{{row, V}, V}, nl.level(j), nr.n, acc_empty());
+  if (lane_id() == 0) {
+    out[2 * (r * nl.n + j)] = a.m;
+    out[2 * (r * nl.n + j) + 1] = a.s;
   }
 }
 
@@ -489,14 +589,15 @@ template <class D>
 __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     node_entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid,
                         int64_t chunk0, NodeList nl, const float* stats, float* out) {
-  const int64_t r = row0 + RL_ROW, j = RL_NODE, b = r * nl.n + j;
+  const int64_t r = row0 + RL_ROW, j = node_of_warp();
+  if (j >= nl.n) return;
   const NodeRange nr = node_range(chunk0, valid, nl.level(j), nl.index(j));
   const int64_t off = nr.first * RL_CHUNK;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
-  const typename D::storage* row = x + r * row_stride + off;
-  const float h = block_tree(LeafSum<EntropyTerms<D>>{{row, valid - off, st}, valid - off}, nr.n, sum_empty(),
-                             node_sum_shared());
-  if (RL_TID == 0) out[b] = h;
+  const int64_t V = valid - off;
+  const float h =
+      warp_any_node(LeafSum<EntropyTerms<D>>{{x + r * row_stride + off, V, st}, V}, nl.level(j), nr.n, sum_empty());
+  if (lane_id() == 0) out[r * nl.n + j] = h;
 }
 
 __device__ __forceinline__ RowStats join_row_stats(int64_t r, const float* part, const NodeList& nl, float* stats) {

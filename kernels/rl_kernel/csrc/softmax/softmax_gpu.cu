@@ -70,6 +70,9 @@ void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Blocks of RL_WARPS warps that hold one warp per node.
+int64_t warp_groups(int64_t nodes) { return (nodes + RL_WARPS - 1) / RL_WARPS; }
+
 at::Device current_device() { return at::Device(at::kCUDA, c10::cuda::current_device()); }
 
 // The node list on the device: arrays copied (a few dozen int64), or one level (nothing to copy).
@@ -97,13 +100,13 @@ struct GpuExec {
     c10::cuda::CUDAGuard g;
   };
 
-  // Few rows: cut each into parts so that about 4 blocks per multiprocessor run (at least 256 chunks,
-  // 2048 elements, a part); many rows: one block per row.
+  // Few rows: cut each into parts, one warp each, so that about 32 warps per multiprocessor run (at
+  // least a warp tile, 256 chunks, a part); many rows: one block per row.
   static int auto_split_level(int64_t rows, int64_t V) {
-    const int64_t want = 4 * int64_t(multiprocessors());
-    if (rows >= want) return RL_NO_SPLIT;
+    const int64_t want = 32 * int64_t(multiprocessors());
+    if (rows * RL_WARPS >= want) return RL_NO_SPLIT;
     const int64_t per_part = chunks_of(V) * rows / want;
-    int L = 8;
+    int L = RL_WARP_TILE_LEVEL;
     while (L < 40 && (int64_t(1) << L) < per_part) ++L;
     return L;
   }
@@ -152,14 +155,14 @@ struct GpuExec {
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                          const HostNodes& nodes, float* out) {
     const DeviceNodes dn(nodes);
-    launch_nodes(node_stats_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, dn.list, out);
+    launch_nodes(node_stats_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, out);
   }
 
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                            const HostNodes& nodes, const float* stats, float* out) {
     const DeviceNodes dn(nodes);
-    launch_nodes(node_entropy_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, dn.list, stats, out);
+    launch_nodes(node_entropy_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, stats, out);
   }
 
   template <class D>
