@@ -25,6 +25,7 @@ import torch
 import rl_kernel  # noqa: F401  (registers torch.ops.rl_kernel)
 
 ROWS = {torch.bfloat16: (1, 16, 256, 4096, 16384), torch.float32: (1, 256, 4096)}
+QUICK = {torch.bfloat16: (1, 4096), torch.float32: (4096,)}
 
 
 def queued(fns: dict, reps: int) -> dict[str, float]:
@@ -90,11 +91,13 @@ def contenders(x: torch.Tensor, t: torch.Tensor, lig) -> dict:
     return fns
 
 
-def measure(dtype: torch.dtype, rows: int, vocab: int, lig) -> list[dict]:
+def measure(dtype: torch.dtype, rows: int, vocab: int, lig, rl_only: bool = False) -> list[dict]:
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = (torch.randn(rows, vocab, device="cuda", generator=g) * 2.5).to(dtype)
     t = torch.randint(0, vocab, (rows,), device="cuda", generator=g)
     fns = contenders(x, t, lig)
+    if rl_only:
+        fns = {k: v for k, v in fns.items() if k == "copy" or k.startswith("rl ")}
     for fn in fns.values():  # warm-up (compiles, autotunes)
         for _ in range(3):
             fn()
@@ -126,15 +129,17 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--json", default=None)
+    p.add_argument("--quick", action="store_true", help="bf16 1 and 4096 rows, fp32 4096 rows; rl_kernel and the copy")
     args = p.parse_args()
     if not torch.cuda.is_available():
         print("no GPU", file=sys.stderr)
         return 2
     lig = liger()
     results = []
-    for dtype, rows_list in ROWS.items():
+    shapes = QUICK if args.quick else ROWS
+    for dtype, rows_list in shapes.items():
         for rows in rows_list:
-            rows_out = measure(dtype, rows, args.vocab, lig)
+            rows_out = measure(dtype, rows, args.vocab, lig, rl_only=args.quick)
             results += rows_out
             for r in rows_out:
                 print(

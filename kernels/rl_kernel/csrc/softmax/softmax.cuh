@@ -41,6 +41,7 @@ RL_HD float entropy_term(float lp) {
 // Element-by-element chunk loader; -inf past the row end.
 template <class D>
 struct ScalarChunks {
+  using Elem = D;
   const typename D::storage* row;
   int64_t V;
   RL_HD ScalarChunks shifted(int64_t chunks) const { return ScalarChunks{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK}; }
@@ -118,9 +119,15 @@ inline void cpu_log_softmax_row(const typename D::storage* row, int64_t V, float
 
 template <class D>
 struct EntropyTerms {
+  using Elem = D;
   const typename D::storage* row;
   int64_t V;
   RowStats st;
+  RL_HD static float pad() { return neg_inf(); }  // a term of 0 past the row's end
+  RL_HD void from_x(float v[RL_CHUNK]) const {  // a chunk's values -> its terms
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) v[j] = entropy_term(logprob(v[j], st));
+  }
   RL_HD EntropyTerms shifted(int64_t chunks) const {
     return EntropyTerms{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK, st};
   }
@@ -139,8 +146,14 @@ inline float cpu_entropy_row(const typename D::storage* row, int64_t V, RowStats
 }
 
 struct FlushedTerms {  // sum of a fp32 row (gradients), flushed per element
+  using Elem = F32;
   const float* row;
   int64_t V;
+  RL_HD static float pad() { return 0.0f; }
+  RL_HD void from_x(float v[RL_CHUNK]) const {
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) v[j] = flush(v[j]);
+  }
   RL_HD FlushedTerms shifted(int64_t chunks) const { return FlushedTerms{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK}; }
   RL_HD void operator()(int64_t c, float v[RL_CHUNK], bool full) const {
     const int64_t base = int64_t(c) * RL_CHUNK;
@@ -228,6 +241,8 @@ constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a 
 #define RL_TID (int(__builtin_amdgcn_workitem_id_x()))
 #define RL_ROW (int64_t(__builtin_amdgcn_workgroup_id_x()))
 #define RL_NODE (int64_t(__builtin_amdgcn_workgroup_id_y()))
+// A logical warp is half a wave64 or a wave32, whose lanes run in lockstep: a wavefront-scope fence.
+#define RL_WARP_SYNC() __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "wavefront")
 #define RL_SYNC()                                             \
   do {                                                        \
     __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");    \
@@ -238,41 +253,9 @@ constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a 
 #define RL_TID (int(threadIdx.x))
 #define RL_ROW (int64_t(blockIdx.x))
 #define RL_NODE (int64_t(blockIdx.y))
+#define RL_WARP_SYNC() __syncwarp()
 #define RL_SYNC() __syncthreads()
 #endif
-
-// Chunk loader with 16-byte loads, for rows aligned to 16 bytes; the values (and
-// so the arithmetic) are those of ScalarChunks.
-template <class D>
-struct VecChunks {
-  const typename D::storage* row;
-  int64_t V;
-  __device__ __forceinline__ VecChunks shifted(int64_t chunks) const {
-    return VecChunks{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK};
-  }
-  __device__ __forceinline__ void operator()(int64_t c, float x[RL_CHUNK], bool full) const {
-    if (full) {
-      load_full(row + int64_t(c) * RL_CHUNK, x);
-    } else {
-      ScalarChunks<D>{row, V}(c, x, false);
-    }
-  }
-  __device__ __forceinline__ static void load_full(const uint16_t* p, float x[RL_CHUNK]) {
-    const uint4 w = *reinterpret_cast<const uint4*>(p);
-    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
-    RL_UNROLL(unroll)
-    for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
-      x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
-      x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
-    }
-  }
-  __device__ __forceinline__ static void load_full(const float* p, float x[RL_CHUNK]) {
-    const float4 a = *reinterpret_cast<const float4*>(p);
-    const float4 b = *reinterpret_cast<const float4*>(p + 4);
-    x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
-    x[4] = b.x; x[5] = b.y; x[6] = b.z; x[7] = b.w;
-  }
-};
 
 template <class D>
 __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
@@ -281,18 +264,19 @@ __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
 
 // ---- the row tree on the GPU: warps own whole nodes -------------------------------------------
 // Every level below is a schedule of the same tree (reduce.h), never another tree:
-//   * a warp tile: 32 lanes x 8 consecutive chunks = 256 chunks, an aligned node of level 8. Lane l
-//     joins the leaves of its 8 chunks (an in-lane subtree), then 5 shuffle levels join neighbouring
-//     lanes (xor 1, 2, ..., 16; the lower lane's node on the left).
-//   * a warp node: a node of level L >= 8 evaluated by one warp, its tiles pushed into a TreeStack.
+//   * a warp tile: 32 lanes x 128 consecutive bytes (8 chunks of 16-bit values, 4 of fp32), an aligned
+//     node of level 8 (7 for fp32). Each lane joins the leaves of its chunks as they come (an in-lane
+//     subtree), then 5 shuffle levels join neighbouring lanes (xor 1, 2, ..., 16; the lower lane's
+//     node on the left).
+//   * a warp node: a node of any level evaluated by one warp, tile by tile.
 //   * a row in one block: warps take the row's nodes of level RL_WARP_NODE_LEVEL round robin, the
-//     node values go to shared memory, and warp 0 joins up to 256 of them as one more warp tile (an
-//     aligned node of level RL_WARP_NODE_LEVEL + 8); longer rows push those into a TreeStack.
+//     node values go to shared memory, and warp 0 joins up to 256 of them (8 per lane, then the
+//     shuffles: an aligned node 8 levels higher); longer rows push those into a TreeStack.
 // Chunks at or past n are the empty node (the exact identity of join), so a node that holds the
 // row's end is the tree with its empty right part, as the contract says.
 constexpr int RL_WARP = 32;  // lanes of one shuffle group (a logical warp; two per wave64 on AMD)
-constexpr int RL_LANE_CHUNKS = 8;
-constexpr int RL_WARP_TILE = RL_WARP * RL_LANE_CHUNKS;  // chunks
+constexpr int RL_LANE_CHUNKS = 8;                        // node values per lane in a block's row join
+constexpr int RL_WARP_TILE = RL_WARP * RL_LANE_CHUNKS;   // node values joined at once (one level-8 group)
 constexpr int RL_WARP_TILE_LEVEL = 8;
 constexpr int RL_WARPS = RL_BLOCK / RL_WARP;
 #ifndef RL_WARP_NODE_LEVEL
@@ -338,29 +322,143 @@ __device__ __forceinline__ P lane_join(P g[RL_LANE_CHUNKS]) {
   return g[0];
 }
 
-// The warp tile of chunks [c0, c0 + 256), chunks at or past n empty; every lane gets it.
-template <class P, class Leaf>
-__device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, P empty) {
-  const int64_t base = c0 + int64_t(lane_id()) * RL_LANE_CHUNKS;
-  P g[RL_LANE_CHUNKS];
-  if (base + RL_LANE_CHUNKS <= n) {
-    RL_UNROLL(unroll)
-    for (int j = 0; j < RL_LANE_CHUNKS; ++j) g[j] = leaf(base + j);
-  } else {
-    RL_UNROLL(unroll)
-    for (int j = 0; j < RL_LANE_CHUNKS; ++j) g[j] = (base + j < n) ? leaf(base + j) : empty;
-  }
-  return warp_join(lane_join(g));
+// ---- loading a lane's chunks --------------------------------------------------------------------
+// A lane's chunks are consecutive (128 bytes: 8 chunks of 16-bit values, 4 of fp32), so loading them
+// directly would make every load instruction touch 32 cache lines. A full tile of an aligned row is
+// instead loaded coalesced (16-byte words, lane l taking words l, l + 32, ...) into the warp's own
+// shared memory, and each lane reads its chunks from there (one pad word per 8 words keeps both sides
+// free of bank conflicts). Other tiles (the row's end, rows not aligned to 16 bytes) load element by
+// element. Either way the values, and so the arithmetic, are the same.
+constexpr int RL_TILE_WORDS = RL_WARP * 8;  // 16-byte words of one warp tile (4 KiB)
+constexpr int RL_STAGE_WORDS = RL_TILE_WORDS + RL_TILE_WORDS / 8;
+
+template <class D>
+struct Tile {
+  static constexpr int words = int(sizeof(typename D::storage)) * RL_CHUNK / 16;  // per chunk: 1 or 2
+  static constexpr int lane_chunks = 8 / words;                                  // 8 or 4
+  static constexpr int chunks = RL_WARP * lane_chunks;                           // 256 or 128
+  static constexpr int level = lane_chunks == 8 ? 8 : 7;
+  static_assert(chunks == (1 << level) && chunks * words == RL_TILE_WORDS, "tile shape");
+};
+
+__device__ __forceinline__ uint4* warp_stage() {
+  __shared__ uint4 stage[RL_WARPS][RL_STAGE_WORDS];
+  return stage[warp_id()];
 }
 
-// Node of level L (>= 8) whose chunks are [0, 2^L) of leaf's row, chunks at or past n empty.
+template <class D>
+__device__ __forceinline__ void decode_chunk(const uint4* w, float x[RL_CHUNK]) {
+  if constexpr (Tile<D>::words == 2) {
+    const uint32_t u[8] = {w[0].x, w[0].y, w[0].z, w[0].w, w[1].x, w[1].y, w[1].z, w[1].w};
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) x[j] = float_of(u[j]);
+  } else {
+    const uint32_t u[4] = {w[0].x, w[0].y, w[0].z, w[0].w};
+    RL_UNROLL(unroll)
+    for (int j = 0; j < 4; ++j) {  // little endian: element 2j is the low half
+      x[2 * j] = D::from_bits(uint16_t(u[j] & 0xffffu));
+      x[2 * j + 1] = D::from_bits(uint16_t(u[j] >> 16));
+    }
+  }
+}
+
+__device__ __forceinline__ void stage_tile(uint4* my, const void* tile) {
+  const uint4* src = reinterpret_cast<const uint4*>(tile);
+  RL_UNROLL(unroll)
+  for (int j = 0; j < RL_TILE_WORDS / RL_WARP; ++j) {
+    const int k = j * RL_WARP + lane_id();
+    my[k + k / 8] = src[k];
+  }
+}
+
+template <class D>
+__device__ __forceinline__ void staged_chunk(const uint4* my, int local, float x[RL_CHUNK]) {
+  constexpr int W = Tile<D>::words;
+  uint4 w[W];
+  RL_UNROLL(unroll)
+  for (int q = 0; q < W; ++q) {
+    const int k = local * W + q;
+    w[q] = my[k + k / 8];
+  }
+  decode_chunk<D>(w, x);
+}
+
+// Element by element, `pad` past the row's end (the leaf's own padding).
+template <class D>
+__device__ __forceinline__ void direct_chunk(const typename D::storage* row, int64_t V, int64_t c, float pad,
+                                             float x[RL_CHUNK]) {
+  const int64_t base = c * RL_CHUNK;
+  RL_UNROLL(unroll)
+  for (int j = 0; j < RL_CHUNK; ++j) x[j] = (base + j < V) ? D::load(row, base + j) : pad;
+}
+
+// Up to 8 aligned nodes of one level, left to right, joined as they come (a binary counter); result(k)
+// after k of them is the tree over 8 with the missing ones empty (a right fold of what is pending).
+template <class P>
+struct Counter8 {
+  P p0, p1, p2, all;
+  __device__ __forceinline__ void push(int i, P v) {
+    if (!(i & 1)) { p0 = v; return; }
+    v = join(p0, v);
+    if (!(i & 2)) { p1 = v; return; }
+    v = join(p1, v);
+    if (!(i & 4)) { p2 = v; return; }
+    all = join(p2, v);
+  }
+  __device__ __forceinline__ P result(int k, P empty) const {
+    if (k >= 8) return all;
+    P r = empty;
+    bool have = false;
+    if (k & 1) { r = p0; have = true; }
+    if (k & 2) { r = have ? join(p1, r) : p1; have = true; }
+    if (k & 4) { r = have ? join(p2, r) : p2; have = true; }
+    return r;
+  }
+};
+
+// The warp tile of chunks [c0, c0 + Tile<D>::chunks), chunks at or past n empty: each lane's leaves
+// joined as they come (the in-lane subtree), then the warp. Every lane gets it.
+template <class P, class Leaf>
+__device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, P empty) {
+  using D = typename Leaf::Elem;
+  constexpr int LC = Tile<D>::lane_chunks;
+  uint4* my = warp_stage();
+  const bool staged = c0 + Tile<D>::chunks <= n && aligned16<D>(leaf.row);
+  if (staged) {
+    stage_tile(my, leaf.row + c0 * RL_CHUNK);
+    RL_WARP_SYNC();
+  }
+  const int64_t base = c0 + int64_t(lane_id()) * LC;
+  Counter8<P> cnt;
+#pragma unroll 1
+  for (int i = 0; i < LC; ++i) {
+    float x[RL_CHUNK];
+    if (staged)
+      staged_chunk<D>(my, lane_id() * LC + i, x);
+    else
+      direct_chunk<D>(leaf.row, leaf.V, base + i, Leaf::pad(), x);
+    cnt.push(i, (base + i < n) ? leaf.from_x(x) : empty);
+  }
+  if (staged) RL_WARP_SYNC();  // the next tile overwrites the stage
+  return warp_join(cnt.result(LC, empty));
+}
+
+// Node of level L (>= the tile's) whose chunks are [0, 2^L) of leaf's row, chunks at or past n empty.
 template <class P, class Leaf>
 __device__ __forceinline__ P warp_node(const Leaf& leaf, int L, int64_t n, P empty) {
+  using D = typename Leaf::Elem;
+  constexpr int64_t TC = Tile<D>::chunks;
   const int64_t size = int64_t(1) << L;
-  const int64_t tiles = ((n < size ? n : size) + RL_WARP_TILE - 1) / RL_WARP_TILE;
-  if (tiles <= 1) return tiles == 1 ? warp_tile(leaf, 0, n, empty) : empty;
+  const int64_t tiles = ((n < size ? n : size) + TC - 1) / TC;
+  if (tiles <= 8) {  // the common case (nodes of level 9: 2 or 4 tiles) without the stack
+    Counter8<P> cnt;
+#pragma unroll 1
+    for (int k = 0; k < int(tiles); ++k) cnt.push(k, warp_tile(leaf, k * TC, n, empty));
+    return cnt.result(int(tiles), empty);
+  }
   TreeStack<P, 40> st;
-  for (int64_t k = 0; k < tiles; ++k) st.push(RL_WARP_TILE_LEVEL, k, warp_tile(leaf, k * RL_WARP_TILE, n, empty));
+#pragma unroll 1
+  for (int64_t k = 0; k < tiles; ++k) st.push(Tile<D>::level, k, warp_tile(leaf, k * TC, n, empty));
   return st.fold();
 }
 
@@ -369,7 +467,8 @@ __device__ __forceinline__ P warp_node(const Leaf& leaf, int L, int64_t n, P emp
 template <class P, class Leaf>
 __device__ __forceinline__ P warp_any_node(const Leaf& leaf, int L, int64_t n, P empty) {
   const int64_t size = int64_t(1) << L;
-  return L < RL_WARP_TILE_LEVEL ? warp_tile(leaf, 0, n < size ? n : size, empty) : warp_node(leaf, L, n, empty);
+  return L < Tile<typename Leaf::Elem>::level ? warp_tile(leaf, 0, n < size ? n : size, empty)
+                                             : warp_node(leaf, L, n, empty);
 }
 
 // The whole tree over chunks [0, n) by one block; every thread gets the root.
@@ -407,32 +506,49 @@ __device__ __forceinline__ P block_tree(const Leaf& leaf, int64_t n, P empty, P*
   return r;
 }
 
-template <class Load>
+// What a warp tile needs of a row: its storage, its length, the value past its end, and the leaf of a
+// full chunk's values (a partial chunk arrives padded).
+template <class D>
 struct LeafStats {
-  Load load;
+  using Elem = D;
+  const typename D::storage* row;
   int64_t V;
-  __device__ __forceinline__ Acc operator()(int64_t c) const { return leaf_of(load, c, V); }
+  __device__ __forceinline__ static float pad() { return neg_inf(); }
+  __device__ __forceinline__ Acc from_x(const float x[RL_CHUNK]) const { return leaf_stats(x); }
   __device__ __forceinline__ LeafStats shifted(int64_t chunks) const {
-    return LeafStats{load.shifted(chunks), V - chunks * RL_CHUNK};
+    return LeafStats{row + chunks * RL_CHUNK, V - chunks * RL_CHUNK};
   }
 };
 
 template <class Term>
 struct LeafSum {
+  using Elem = typename Term::Elem;
   Term term;
+  const typename Elem::storage* row;
   int64_t V;
-  __device__ __forceinline__ float operator()(int64_t c) const { return leaf_of_sum(term, c, V); }
+  __device__ __forceinline__ static float pad() { return Term::pad(); }
+  __device__ __forceinline__ float from_x(const float x[RL_CHUNK]) const {
+    float v[RL_CHUNK];
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_CHUNK; ++j) v[j] = x[j];
+    term.from_x(v);
+    return chunk_sum(v);
+  }
   __device__ __forceinline__ LeafSum shifted(int64_t chunks) const {
-    return LeafSum{term.shifted(chunks), V - chunks * RL_CHUNK};
+    return LeafSum{term, row + chunks * RL_CHUNK, V - chunks * RL_CHUNK};
   }
 };
+
+template <class Term>
+__device__ __forceinline__ LeafSum<Term> leaf_sum(const Term& term) {
+  return LeafSum<Term>{term, term.row, term.V};
+}
 
 // The tree over the first n chunks of a row of V elements (every thread returns it).
 template <class D>
 __device__ __forceinline__ Acc block_acc(const typename D::storage* row, int64_t V, int64_t n) {
   __shared__ Acc sh[RL_ROW_GROUP];
-  return aligned16<D>(row) ? block_tree(LeafStats<VecChunks<D>>{{row, V}, V}, n, acc_empty(), sh)
-                           : block_tree(LeafStats<ScalarChunks<D>>{{row, V}, V}, n, acc_empty(), sh);
+  return block_tree(LeafStats<D>{row, V}, n, acc_empty(), sh);
 }
 
 // Every thread returns the row's statistics.
@@ -448,7 +564,7 @@ __device__ __forceinline__ float* node_sum_shared() {
 
 template <class Term>
 __device__ __forceinline__ float block_sum(const Term& term, int64_t V) {
-  return block_tree(LeafSum<Term>{term, V}, chunks_of(V), sum_empty(), node_sum_shared());
+  return block_tree(leaf_sum(term), chunks_of(V), sum_empty(), node_sum_shared());
 }
 
 __device__ __forceinline__ void store_stats(float* stats, int64_t r, RowStats st) {
@@ -577,8 +693,7 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const int64_t off = nr.first * RL_CHUNK;
   const typename D::storage* row = x + r * row_stride + off;
   const int64_t V = valid - off;
-  const Acc a = aligned16<D>(row) ? warp_any_node(LeafStats<VecChunks<D>>{{row, V}, V}, nl.level(j), nr.n, acc_empty())
-                                  : warp_any_node(LeafStats<ScalarChunks<D>>{{row, V}, V}, nl.level(j), nr.n, acc_empty());
+  const Acc a = warp_any_node(LeafStats<D>{row, V}, nl.level(j), nr.n, acc_empty());
   if (lane_id() == 0) {
     out[2 * (r * nl.n + j)] = a.m;
     out[2 * (r * nl.n + j) + 1] = a.s;
@@ -595,8 +710,8 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const int64_t off = nr.first * RL_CHUNK;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   const int64_t V = valid - off;
-  const float h =
-      warp_any_node(LeafSum<EntropyTerms<D>>{{x + r * row_stride + off, V, st}, V}, nl.level(j), nr.n, sum_empty());
+  const float h = warp_any_node(leaf_sum(EntropyTerms<D>{x + r * row_stride + off, V, st}), nl.level(j), nr.n,
+                                sum_empty());
   if (lane_id() == 0) out[r * nl.n + j] = h;
 }
 
