@@ -230,9 +230,10 @@ RL_HD float join_sum_nodes(const float* part, const NodeList& nl) {
 
 constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a row) per block
 
-// Blocks per multiprocessor the compiler must fit (caps registers); tuning only.
+// Blocks per multiprocessor the compiler must fit (caps registers: 64 per thread at 4, measured best on
+// the H200 of 1, 4; bench/tune_h200.sh); tuning only.
 #ifndef RL_MIN_BLOCKS
-#define RL_MIN_BLOCKS 1
+#define RL_MIN_BLOCKS 4
 #endif
 
 // Thread and block index. On AMD the compiler builtins are used directly, so the
