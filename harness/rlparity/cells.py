@@ -22,6 +22,7 @@ CONTROLS = (
     "profile-variant",
     "placement-variant",
     "range-unchecked",
+    "rank-order",
 )
 
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")

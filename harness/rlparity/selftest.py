@@ -38,6 +38,7 @@ COMPARISON_OF_TEST = {
     "test_run_to_run": "run-to-run",
     "test_golden_digests": "golden",
     "test_split_matches_single": "split",
+    "test_vocab_slices_match_single": "vocab-slices",
     "test_token_contract": "token-contract",
 }
 ACROSS_PROFILES, ACROSS_PLACEMENTS = "across-profiles", "across-placements"
@@ -55,6 +56,7 @@ EXPECTED: dict[str, tuple[str, ...]] = {
     "profile-variant": (ACROSS_PROFILES,),
     "placement-variant": (ACROSS_PLACEMENTS, "split"),
     "range-unchecked": ("token-contract",),
+    "rank-order": ("vocab-slices",),
 }
 # Controls run as a pair: the baseline cell and one that differs on this axis (value per platform).
 PAIRED: dict[str, tuple[str, dict[str, str]]] = {

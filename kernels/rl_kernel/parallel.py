@@ -325,6 +325,35 @@ def simulate_token_logprobs(
     return join_token_logprobs(parts, tokens, slices, ignore_index)
 
 
+def megatron_widths(vocab: int, tp: int) -> list[int]:
+    """The cut a trainer makes: ceil(vocab / tp) rounded up to a multiple of 8 per rank, the last rank
+    the rest (so slices are unequal unless tp * 8 divides vocab)."""
+    per = -(-vocab // tp)  # ceil
+    per = -(-per // CHUNK) * CHUNK
+    widths = [per] * (tp - 1) + [vocab - per * (tp - 1)]
+    if tp < 1 or widths[-1] < 1:
+        raise ValueError(
+            f"rl_kernel.parallel: a vocabulary of {vocab} cannot be cut into {tp} slices of 8-column chunks"
+        )
+    return widths
+
+
+def simulate_stats(
+    logits: torch.Tensor, widths: Sequence[int], vocab_size: int | None = None, rank_order: bool = False
+) -> torch.Tensor:
+    """The row statistics from slices of logits in one process; rank_order=True is the negative control (each
+    slice reduced as a row of its own, the slices then merged in rank order)."""
+    locals_, slices = simulate(logits, widths, vocab_size)
+    if rank_order:
+        return rank_order_stats([_whole_slice_stats(x, s) for x, s in zip(locals_, slices, strict=True)])
+    return join_stats([local_stats(x, s) for x, s in zip(locals_, slices, strict=True)], slices)
+
+
+def _whole_slice_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
+    """(m, s) [..., 1, 2] of a slice reduced as a row of its own (the rank-order control's partial)."""
+    return ops.node_stats(local, 0, own.valid, [max(0, (-(-own.valid // CHUNK) - 1).bit_length())], [0])
+
+
 def simulate_entropy(logits: torch.Tensor, widths: Sequence[int], vocab_size: int | None = None) -> torch.Tensor:
     """The entropy of the whole row from slices of logits, in one process."""
     locals_, slices = simulate(logits, widths, vocab_size)
@@ -365,15 +394,36 @@ def rank_order_stats(parts_whole: Sequence[torch.Tensor]) -> torch.Tensor:
     return ops.join_stats(values, [0] * n, [2 * k for k in range(n)])  # no two are siblings: a fold
 
 
+def rank_order_token_logprobs(
+    local_logits: torch.Tensor,
+    tokens: torch.Tensor,
+    group=None,
+    *,
+    vocab_start: int,
+    vocab_size: int,
+    ignore_index: int = IGNORE,
+) -> torch.Tensor:
+    """The negative control over torch.distributed: each rank's slice reduced as a row of its own and the
+    ranks' statistics merged in rank order. Its values are wrong; its gradient is token_logprobs' (so a
+    training step runs), which keeps the control to the one property it breaks."""
+    right = token_logprobs(
+        local_logits, tokens, group, vocab_start=vocab_start, vocab_size=vocab_size, ignore_index=ignore_index
+    )
+    slices, me = layout(local_logits, vocab_start, vocab_size, group)
+    exchange = all_gather_exchange(group)
+    with torch.no_grad():
+        parts = exchange(_whole_slice_stats(local_logits.detach(), slices[me]))
+        stats = rank_order_stats([parts[k] for k in sorted(range(len(slices)), key=lambda k: slices[k].start)])
+        mine = local_token_logprobs(local_logits.detach(), tokens, stats, slices[me])
+        wrong = join_token_logprobs(exchange(mine.contiguous()), tokens, slices, ignore_index)
+    return right + (wrong - right).detach()
+
+
 def simulate_rank_order_token_logprobs(
     logits: torch.Tensor, tokens: torch.Tensor, widths: Sequence[int], ignore_index: int = IGNORE
 ) -> torch.Tensor:
     """The rank-order merge of per-rank sums in one process (the negative control of the split)."""
     locals_, slices = simulate(logits, widths)
-    whole = []
-    for x, s in zip(locals_, slices, strict=True):
-        lv = [max(0, (-(-s.valid // CHUNK) - 1).bit_length())]  # one node covering the slice, as its own row
-        whole.append(ops.node_stats(x, 0, s.valid, lv, [0]))
-    stats = rank_order_stats(whole)
+    stats = simulate_stats(logits, widths, rank_order=True)
     parts = [local_token_logprobs(x, tokens, stats, s) for x, s in zip(locals_, slices, strict=True)]
     return join_token_logprobs(parts, tokens, slices, ignore_index)

@@ -1,9 +1,12 @@
 """Placements of one cell's work: which device(s) the rollout and the training path use, and the `split`
-placement's sharded computation over two ranks (torch.distributed: gloo on CPU, NCCL/RCCL on GPUs).
+placement's vocab-parallel computation (torch.distributed: gloo on CPU, NCCL/RCCL on GPUs).
 
-split shards the teacher-forced batch by rows across two ranks and all-gathers the results in rank
-order, so each row's reduction is whole on one rank and the gathered bits must equal the single-device
-run. (Vocab-parallel sharding needs a lane-partials operator; see docs/harness.md.)
+split cuts the vocabulary across tp ranks as a trainer does (rl_kernel.parallel.megatron_widths:
+contiguous slices of ceil(V / tp) rounded to 8, the last rank the rest), each rank holding only its
+columns of the logits; rl_kernel.parallel gives every rank the whole row's log-probs from node partials
+exchanged by all-gather, and each rank's gradient is its slice. The gathered log-probs and gradient must
+equal the single-device run bit for bit, for every tp the host can run (2 and 4 processes on the CPU;
+on GPUs, one rank per visible device).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.cell.workloads import build_episode, training_logprobs
+from rlparity.cell.workloads import build_episode, to_device
 from rlparity.cells import DEFAULT_WORKLOAD
 
 
@@ -30,69 +33,91 @@ def devices(platform: str, placement: str) -> tuple[str, str]:
     return "cuda:0", "cuda:0"
 
 
+def split_tps(platform: str) -> tuple[int, ...]:
+    """The vocab-parallel sizes a split cell runs here: 2 and 4 gloo processes on the CPU, and on GPUs
+    those that fit the visible devices (one rank each)."""
+    if platform == "cpu":
+        return (2, 4)
+    return tuple(tp for tp in (2, 4) if tp <= torch.cuda.device_count())
+
+
 def split_training(
-    shape: tuple[int, int, int], dtype: str, seed: int, platform: str, control: str, workload: str = DEFAULT_WORKLOAD
+    shape: tuple[int, int, int],
+    dtype: str,
+    seed: int,
+    platform: str,
+    control: str,
+    workload: str = DEFAULT_WORKLOAD,
+    tp: int = 2,
 ):
-    """Teacher-forced log-probs and gradient computed by two ranks, each on half of the rows."""
+    """Teacher-forced log-probs and gradient computed by tp vocab-parallel ranks, gathered on rank 0."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "gathered.pt"
         port = _free_port()
         mp.start_processes(
             _rank,
-            args=(shape, dtype, seed, platform, control, str(out), port, workload),
-            nprocs=2,
+            args=(tp, shape, dtype, seed, platform, control, str(out), port, workload),
+            nprocs=tp,
             start_method="spawn",
         )
         lp, grad = torch.load(out)
     return lp, grad
 
 
-def _rank(rank: int, shape, dtype, seed, platform, control, out, port, workload) -> None:
-    from rlparity.cell.controls import logprob_fn  # after spawn: the control's env is inherited
+def _rank(rank: int, tp: int, shape, dtype, seed, platform, control, out, port, workload) -> None:
+    import rl_kernel.parallel as vp
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     gpu = platform != "cpu"
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=2)
+    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=tp)
     try:
         device = f"cuda:{rank}" if gpu else "cpu"
         if gpu:
             torch.cuda.set_device(device)
         ep = build_episode(workload, *shape, dtype, seed)
         b, t, v = ep.shape
-        rows = b * t
-        per = -(-rows // 2)
-        lo, hi = rank * per, min(rows, (rank + 1) * per)
-        shard = _shard(ep, lo, hi)
-        lp, grad = training_logprobs(shard, logprob_fn(control), device)
-        # NCCL gathers device tensors (gloo CPU ones): inputs and outputs live on this rank's device.
-        lp, grad = _pad(lp.view(-1), per).to(device), _pad(grad.view(-1, v), per).to(device)
-        lps = [torch.empty_like(lp) for _ in range(2)]
-        grads = [torch.empty_like(grad) for _ in range(2)]
-        dist.all_gather(lps, lp)
+        widths = vp.megatron_widths(v, tp)
+        start, width = sum(widths[:rank]), widths[rank]
+        local = to_device(ep.logits, device)[..., start : start + width].reshape(b * t, width)
+        local = local.detach().clone().requires_grad_()
+        fn = vp.rank_order_token_logprobs if control == "rank-order" else vp.token_logprobs
+        lp = fn(local, ep.tokens.view(-1).to(device), vocab_start=start, vocab_size=v).view(b, t)
+        (lp * ep.advantages.to(device)).sum().backward()
+        # All-gather needs equal shapes: every slice padded to the widest; rank 0 keeps each one's width.
+        grad = torch.cat([local.grad, local.grad.new_zeros(b * t, max(widths) - width)], dim=-1).contiguous()
+        grads = [torch.empty_like(grad) for _ in range(tp)]
         dist.all_gather(grads, grad)
         if rank == 0:
-            lp_all = torch.cat([x.cpu() for x in lps])[:rows].view(b, t)
-            grad_all = torch.cat([g.cpu() for g in grads])[:rows].view(b, t, v)
-            torch.save((lp_all, grad_all), out)
+            full = torch.cat([g[:, :w].cpu() for g, w in zip(grads, widths, strict=True)], dim=-1)
+            torch.save((lp.detach().cpu(), full.view(b, t, v)), out)
     finally:
         dist.destroy_process_group()
 
 
-def _shard(ep, lo: int, hi: int):
-    """Rows lo..hi of the flattened batch as a one-sequence episode (row order kept)."""
-    from rlparity.cell.workloads import Episode
+def slice_comparisons(x: torch.Tensor, tok: torch.Tensor, control: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The vocab-parallel construction in one process on x's device (each of tp ranks' kernels on its slice,
+    the exchange a byte copy) against the single-device kernels: {name: (sliced, single)}."""
+    import rl_kernel
+    import rl_kernel.parallel as vp
 
-    b, t, v = ep.shape
-    x = ep.logits.reshape(b * t, v)[lo:hi].unsqueeze(0)
-    tok = ep.tokens.reshape(-1)[lo:hi].unsqueeze(0)
-    adv = ep.advantages.reshape(-1)[lo:hi].unsqueeze(0)
-    return Episode(x, tok, (hi - lo,), adv)
-
-
-def _pad(x: torch.Tensor, rows: int) -> torch.Tensor:
-    if x.shape[0] == rows:
-        return x.contiguous()
-    return torch.cat([x, x.new_zeros((rows - x.shape[0], *x.shape[1:]))])
+    rank_order = control == "rank-order"
+    single = {
+        "stats": rl_kernel.row_stats(x),
+        "logprobs": rl_kernel.token_logprobs(x, tok),
+        "entropy": rl_kernel.entropy(x),
+    }
+    out = {}
+    for tp in (2, 4):
+        widths = vp.megatron_widths(x.shape[-1], tp)
+        sliced = {
+            "stats": vp.simulate_stats(x, widths, rank_order=rank_order),
+            "logprobs": (vp.simulate_rank_order_token_logprobs if rank_order else vp.simulate_token_logprobs)(
+                x, tok, widths
+            ),
+            "entropy": vp.simulate_entropy(x, widths),
+        }
+        out.update({f"tp{tp} {k}": (sliced[k], single[k]) for k in single})
+    return out
 
 
 def _free_port() -> int:

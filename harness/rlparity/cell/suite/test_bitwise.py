@@ -8,7 +8,7 @@ import torch
 from rl_kernel.bitwise import digest
 from rlparity import golden
 from rlparity.cell.controls import logprob_fn, stats_fn, token_fn
-from rlparity.cell.placement import devices, split_training
+from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
 from rlparity.cell.workloads import (
     IGNORE,
     batch_views,
@@ -108,15 +108,38 @@ def test_golden_digests(cell, control, record, shape):
 
 
 def test_split_matches_single(cell, control, record, shape):
-    """split placement: the batch sharded over two ranks and all-gathered == the single-device run."""
+    """split placement: the vocabulary cut across tp ranks (vocab-parallel, rl_kernel.parallel), each rank
+    holding only its slice of the logits: the gathered log-probs and gradient == the single-device run."""
     if cell.placement != "split":
         pytest.skip(f"placement is {cell.placement}, not split")
     ep = make_episode(shape, cell)
     single_lp, single_grad = training_logprobs(ep, logprob_fn(control), devices(cell.platform, "single")[1])
-    split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control, cell.workload)
-    d_lp = record.compare(f"{_sid(shape, cell.workload)} split vs single logprobs", split_lp, single_lp)
-    d_grad = record.compare(f"{_sid(shape, cell.workload)} split vs single grad", split_grad, single_grad)
-    assert d_lp.equal and d_grad.equal, f"logprobs: {d_lp.summary()}; grad: {d_grad.summary()}"
+    failures = []
+    for tp in split_tps(cell.platform):
+        split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control, cell.workload, tp)
+        sid = _sid(shape, cell.workload)
+        d_lp = record.compare(f"{sid} split tp{tp} vs single logprobs", split_lp, single_lp)
+        d_grad = record.compare(f"{sid} split tp{tp} vs single grad", split_grad, single_grad)
+        if not (d_lp.equal and d_grad.equal):
+            failures.append(f"tp{tp} logprobs: {d_lp.summary()}; grad: {d_grad.summary()}")
+    assert not failures, "; ".join(failures)
+
+
+def test_vocab_slices_match_single(cell, control, record, shape):
+    """The vocab-parallel construction on this cell's device in one process (each of tp = 2, 4 ranks'
+    kernels on its slice, the exchange a byte copy): row statistics, log-probs and entropy == the
+    single-device kernels. On a host with one GPU this is the GPU side of the split placement."""
+    ep = make_episode(shape, cell)
+    dev = devices(cell.platform, cell.placement)[1]
+    vocab = shape[2]
+    x = to_device(ep.logits.reshape(-1, vocab), dev)
+    tok = ep.tokens.reshape(-1).to(dev)
+    failures = []
+    for name, (sliced, single) in slice_comparisons(x, tok, control).items():
+        d = record.compare(f"{_sid(shape, cell.workload)} vocab slices {name}", sliced.cpu(), single.cpu())
+        if not d.equal:
+            failures.append(f"{name}: {d.summary()}")
+    assert not failures, "; ".join(failures)
 
 
 def test_token_contract(cell, control, record, shape):
