@@ -254,3 +254,18 @@ def test_gloo_ranks_give_the_single_device_bits(tmp_path, widths: list[int]) -> 
         stock_differs |= not bits_equal(*got["stock"])
     # Information, not a gate elsewhere: the Megatron-style SUM all-reduce does not give these bits.
     assert stock_differs, "the SUM all-reduce path matched rl_kernel's bits: the control shows nothing"
+
+
+def test_edge_rows_and_signed_zeros_give_the_single_device_bits(device: str) -> None:
+    """The edge rows (NaN, +-inf, all -inf, subnormals, ...) and rows whose one finite value is -0.0 (its
+    log-prob is -0.0 - 0 before the flush), each token on a different rank."""
+    vocab, widths = 4099, [1032, 1032, 1032, 1003]
+    x = inputs.edge_rows(vocab, torch.float32)
+    zeros = torch.full((4, vocab), float("-inf"))
+    cols = torch.tensor([5, 1500, 2600, 4098])
+    zeros[torch.arange(4), cols] = -0.0
+    x = torch.cat([x, zeros]).to(device)
+    tok = torch.cat([torch.arange(x.shape[0] - 4) * 401 % vocab, cols]).to(device)
+    assert_bits(P.simulate_token_logprobs(x, tok, widths), rl_kernel.token_logprobs(x, tok), "log-probs")
+    assert_bits(P.simulate_entropy(x, widths), rl_kernel.entropy(x), "entropy")
+    assert_bits(P.simulate_stats(x, widths), rl_kernel.row_stats(x), "row statistics")
