@@ -137,24 +137,38 @@ std::tuple<at::Tensor, at::Tensor> token_logprobs_op(const at::Tensor& logits, c
   return {out.view(lead_shape(logits)), stats.view(stats_shape(logits))};
 }
 
+// The common frame of the per-row backward operators: the upstream gradient per row, the saved row
+// statistics, and a gradient shaped and typed like the logits; f(D, rows, g, stats, gin) fills it.
+template <class Exec, class F>
+at::Tensor row_backward(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& stats, F&& f) {
+  const typename Exec::Guard guard(logits);
+  const Rows x = rows_of(logits);
+  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
+  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
+  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
+  dispatch_dtype(x.t, [&](auto d) {
+    f(d, x, g.const_data_ptr<float>(), st.const_data_ptr<float>(),
+      reinterpret_cast<typename decltype(d)::storage*>(gin.data_ptr()));
+  });
+  return gin.view(logits.sizes());
+}
+
+inline void check_valid(int64_t valid, const at::Tensor& logits) {
+  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
+              "], got ", valid);
+}
+
 template <class Exec>
 at::Tensor token_logprobs_backward_op(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& tokens,
                                       const at::Tensor& stats, int64_t ignore_index) {
   check_logits(logits, "logits");
   check_tokens(logits, tokens);
-  const typename Exec::Guard guard(logits);
-  const Rows x = rows_of(logits);
-  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
   const at::Tensor tok = tokens.reshape({-1}).contiguous();
-  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
-  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
-  dispatch_dtype(x.t, [&](auto d) {
+  return row_backward<Exec>(grad, logits, stats, [&](auto d, const Rows& x, const float* g, const float* st, auto* gin) {
     using D = decltype(d);
-    Exec::template token_logprobs_backward<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x,
-                                              tok.const_data_ptr<int64_t>(), st.const_data_ptr<float>(),
-                                              ignore_index, reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+    Exec::template token_logprobs_backward<D>(g, data_of<D>(x.t), x, tok.const_data_ptr<int64_t>(), st, ignore_index,
+                                              gin);
   });
-  return gin.view(logits.sizes());
 }
 
 template <class Exec>
@@ -185,18 +199,11 @@ template <class Exec>
 at::Tensor entropy_backward_op(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& stats,
                                const at::Tensor& entropy) {
   check_logits(logits, "logits");
-  const typename Exec::Guard guard(logits);
-  const Rows x = rows_of(logits);
-  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
-  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
   const at::Tensor h = entropy.reshape({-1}).contiguous();
-  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
-  dispatch_dtype(x.t, [&](auto d) {
+  return row_backward<Exec>(grad, logits, stats, [&](auto d, const Rows& x, const float* g, const float* st, auto* gin) {
     using D = decltype(d);
-    Exec::template entropy_backward<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x, st.const_data_ptr<float>(),
-                                       h.const_data_ptr<float>(), reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+    Exec::template entropy_backward<D>(g, data_of<D>(x.t), x, st, h.const_data_ptr<float>(), gin);
   });
-  return gin.view(logits.sizes());
 }
 
 // ---- backward on a vocab-parallel rank's slice (rl_kernel.parallel) -------------------------------
@@ -208,43 +215,25 @@ at::Tensor token_logprobs_backward_slice_op(const at::Tensor& grad, const at::Te
                                             int64_t valid) {
   check_logits(logits, "logits");
   check_tokens(logits, tokens);
-  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
-              "], got ", valid);
-  const typename Exec::Guard guard(logits);
-  const Rows x = rows_of(logits);
-  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
+  check_valid(valid, logits);
   const at::Tensor tok = tokens.reshape({-1}).contiguous();
-  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
-  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
-  dispatch_dtype(x.t, [&](auto d) {
+  return row_backward<Exec>(grad, logits, stats, [&](auto d, const Rows& x, const float* g, const float* st, auto* gin) {
     using D = decltype(d);
-    Exec::template token_logprobs_backward_slice<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x, valid,
-                                                    tok.const_data_ptr<int64_t>(), st.const_data_ptr<float>(),
-                                                    ignore_index,
-                                                    reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+    Exec::template token_logprobs_backward_slice<D>(g, data_of<D>(x.t), x, valid, tok.const_data_ptr<int64_t>(), st,
+                                                    ignore_index, gin);
   });
-  return gin.view(logits.sizes());
 }
 
 template <class Exec>
 at::Tensor entropy_backward_slice_op(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& stats,
                                      const at::Tensor& entropy, int64_t valid) {
   check_logits(logits, "logits");
-  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
-              "], got ", valid);
-  const typename Exec::Guard guard(logits);
-  const Rows x = rows_of(logits);
-  const at::Tensor g = grad.to(at::kFloat).reshape({-1}).contiguous();
-  const at::Tensor st = stats.reshape({-1, 3}).contiguous();
+  check_valid(valid, logits);
   const at::Tensor h = entropy.reshape({-1}).contiguous();
-  at::Tensor gin = at::empty({x.n, x.v}, logits.options());
-  dispatch_dtype(x.t, [&](auto d) {
+  return row_backward<Exec>(grad, logits, stats, [&](auto d, const Rows& x, const float* g, const float* st, auto* gin) {
     using D = decltype(d);
-    Exec::template entropy_backward_slice<D>(g.const_data_ptr<float>(), data_of<D>(x.t), x, valid,
-                                             st.const_data_ptr<float>(), h.const_data_ptr<float>(),
-                                             reinterpret_cast<typename D::storage*>(gin.data_ptr()));
+    Exec::template entropy_backward_slice<D>(g, data_of<D>(x.t), x, valid, st, h.const_data_ptr<float>(), gin);
   });
-  return gin.view(logits.sizes());
 }
 
 // ---- cutting the row: node values of a slice, and the join of every slice's nodes -------------
