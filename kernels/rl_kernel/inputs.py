@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 # Vocabulary sizes the project promises to cover: edge sizes around the chunk
-# (8) and lane group (256), and real tokenizers (Llama-2, GPT-2, Llama-3, Qwen).
+# (8) and the GPU's warp tile (256 chunks), and real tokenizers (Llama-2, GPT-2, Llama-3, Qwen).
 VOCABS = (1, 7, 255, 256, 257, 32000, 50257, 128256, 151936)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

@@ -269,3 +269,16 @@ def test_edge_rows_and_signed_zeros_give_the_single_device_bits(device: str) -> 
     assert_bits(P.simulate_token_logprobs(x, tok, widths), rl_kernel.token_logprobs(x, tok), "log-probs")
     assert_bits(P.simulate_entropy(x, widths), rl_kernel.entropy(x), "entropy")
     assert_bits(P.simulate_stats(x, widths), rl_kernel.row_stats(x), "row statistics")
+
+
+@pytest.mark.parametrize("vocab,tp", [(151936, 2), (151936, 8), (32003, 4), (4099, 4), (1000, 2), (16, 2)])
+def test_megatron_widths_cut_on_chunks_and_cover_the_vocabulary(vocab: int, tp: int) -> None:
+    widths = P.megatron_widths(vocab, tp)
+    assert len(widths) == tp and sum(widths) == vocab and min(widths) >= 1
+    assert all(w % 8 == 0 for w in widths[:-1])
+    P.check_layout([P.Slice(sum(widths[:k]), w, vocab) for k, w in enumerate(widths)])
+
+
+def test_megatron_widths_refuse_a_cut_with_an_empty_rank() -> None:
+    with pytest.raises(ValueError, match="cannot be cut into 4 slices"):
+        P.megatron_widths(20, 4)
