@@ -45,7 +45,7 @@ def padded_logits(rows: int, vocab: int, width: int, dtype: torch.dtype, seed: i
     """[rows, width] logits whose columns past vocab hold a copy of real columns (as Megatron pads)."""
     x = inputs.logits(rows, vocab, dtype, seed=seed)
     if width > vocab:
-        x = torch.cat([x, x[:, : width - vocab]], dim=-1)
+        x = torch.cat([x, x.repeat(1, -(-(width - vocab) // vocab))[:, : width - vocab]], dim=-1)
     return x
 
 
@@ -106,6 +106,64 @@ def test_slices_give_the_single_device_bits(device: str, vocab: int, widths: lis
     assert_bits(stats, rl_kernel.row_stats(whole), "row statistics")
     assert_bits(P.simulate_token_logprobs(x, tok, widths, vocab), rl_kernel.token_logprobs(whole, tok), "log-probs")
     assert_bits(P.simulate_entropy(x, widths, vocab), rl_kernel.entropy(whole), "entropy")
+
+
+def even_cut(vocab: int, tp: int) -> list[int]:
+    """tp slices of whole chunks as even as the vocabulary allows (the last one holds the partial chunk)."""
+    chunks = -(-vocab // 8)
+    per = [chunks // tp + (k < chunks % tp) for k in range(tp)]
+    widths = [8 * c for c in per]
+    widths[-1] -= 8 * chunks - vocab
+    return widths
+
+
+def cuts_for(vocab: int, tp: int) -> dict[str, tuple[list[int], int]]:
+    """Equal (Megatron's cut where it exists, else even chunks), unequal (a random cut), and padded
+    (every slice 128-aligned, as Megatron pads the vocabulary to 128 x tp): name -> (widths, padded width)."""
+    rng = random.Random(vocab * 10 + tp)
+    try:
+        equal = P.megatron_widths(vocab, tp)
+    except ValueError:
+        equal = even_cut(vocab, tp)
+    bounds = [0, *sorted(8 * c for c in rng.sample(range(1, -(-vocab // 8)), tp - 1)), vocab]
+    unequal = [b - a for a, b in itertools.pairwise(bounds)]
+    per = -(-vocab // (128 * tp)) * 128
+    return {"equal": (equal, vocab), "unequal": (unequal, vocab), "padded": ([per] * tp, per * tp)}
+
+
+VOCAB_SWEEP = (72, 1000, 4099, 32003, 50257, 128256, 151936, 152064)
+
+
+@pytest.mark.parametrize("vocab", VOCAB_SWEEP)
+@pytest.mark.parametrize("tp", [2, 3, 4, 8])
+def test_sweep_split_equals_single_forward_and_backward(vocab: int, tp: int) -> None:
+    """The Done-when sweep: vocabularies from a few dozen to 152064, 2/3/4/8 slices, equal, unequal and
+    padded; log-probs, entropy and row statistics, and each slice's gradients, bit for bit."""
+    rows = 3
+    g = torch.randn(rows, generator=torch.Generator().manual_seed(vocab))
+    for name, (widths, total) in cuts_for(vocab, tp).items():
+        x = padded_logits(rows, vocab, total, torch.bfloat16, seed=vocab + tp)
+        tok = tokens_for(rows, vocab, seed=vocab + tp)
+        whole = x[:, :vocab].contiguous().requires_grad_()
+        want_lp = rl_kernel.token_logprobs(whole, tok)
+        (want_glp,) = torch.autograd.grad(want_lp, whole, g)
+        want_h = rl_kernel.entropy(whole)
+        (want_gh,) = torch.autograd.grad(want_h, whole, g)
+        what = f"{name} widths {widths}"
+        assert_bits(P.simulate_token_logprobs(x, tok, widths, vocab), want_lp.detach(), f"log-probs, {what}")
+        assert_bits(P.simulate_entropy(x, widths, vocab), want_h.detach(), f"entropy, {what}")
+        assert_bits(P.simulate_stats(x, widths, vocab), rl_kernel.row_stats(whole.detach()), f"stats, {what}")
+        locals_, slices = P.simulate(x, widths, vocab)
+        for me, (xl, s) in enumerate(zip(locals_, slices, strict=True)):
+            leaf = xl.detach().clone().requires_grad_()
+            lp = P._TokenLogprobs.apply(leaf, tok, slices, me, _fake_exchange(locals_, slices, me, tok), IGNORE)
+            (got,) = torch.autograd.grad(lp, leaf, g)
+            assert_bits(got[:, : s.valid], want_glp[:, s.start : s.start + s.valid], f"rank {me} lp grad, {what}")
+            leaf = xl.detach().clone().requires_grad_()
+            h = P._Entropy.apply(leaf, slices, me, _fake_exchange(locals_, slices, me, tok, entropy=True))
+            (got,) = torch.autograd.grad(h, leaf, g)
+            assert_bits(got[:, : s.valid], want_gh[:, s.start : s.start + s.valid], f"rank {me} entropy grad, {what}")
+            assert not got[:, s.valid :].any(), f"padding got a gradient, {what}"
 
 
 def test_padding_columns_are_ignored_whatever_they_hold(device: str) -> None:
@@ -226,10 +284,11 @@ def _rank_main(rank: int, world: int, port: int, vocab: int, widths: list[int], 
 
 
 @pytest.mark.parametrize(
-    "widths", [[16000, 16000], [8000, 8000, 8000, 8000], [12000, 8000, 12008]], ids=["tp2", "tp4", "unequal3"]
+    "vocab,widths",
+    [(32000, [16000, 16000]), (32000, [8000] * 4), (32003, [12000, 8000, 12008]), (151936, [19008] * 8)],
+    ids=["tp2", "tp4", "unequal3", "tp8-padded-152064"],
 )
-def test_gloo_ranks_give_the_single_device_bits(tmp_path, widths: list[int]) -> None:
-    vocab = 32003 if sum(widths) > 32003 else sum(widths)
+def test_gloo_ranks_give_the_single_device_bits(tmp_path, vocab: int, widths: list[int]) -> None:
     out = str(tmp_path / "rank")
     mp.start_processes(
         _rank_main, args=(len(widths), _free_port(), vocab, widths, out), nprocs=len(widths), start_method="spawn"
