@@ -118,6 +118,7 @@ def check_layout(slices: Sequence[Slice]) -> None:
 
 
 def _ordered(slices: Sequence[Slice]) -> list[int]:
+    """The ranks in column order."""
     return sorted(range(len(slices)), key=lambda k: slices[k].start)
 
 
@@ -146,7 +147,7 @@ def local_token_logprobs(local: torch.Tensor, tokens: torch.Tensor, stats: torch
 def _joined(parts: Sequence[torch.Tensor], slices: Sequence[Slice], node_dim: int):
     """Every rank's nodes, left to right: (values concatenated along node_dim, levels, indices)."""
     values, levels, indices = [], [], []
-    for k in sorted(range(len(slices)), key=lambda k: slices[k].start):
+    for k in _ordered(slices):
         lv, ix = _levels(slices[k])
         values.append(parts[k].narrow(node_dim, 0, len(lv)))
         levels += lv
@@ -319,8 +320,12 @@ def simulate_token_logprobs(
     ignore_index: int = IGNORE,
 ) -> torch.Tensor:
     """Every rank's kernels on its slice of logits, in one process; the exchange is a concatenation."""
+    return _simulated_token_logprobs(logits, tokens, widths, vocab_size, ignore_index, rank_order=False)
+
+
+def _simulated_token_logprobs(logits, tokens, widths, vocab_size, ignore_index, rank_order: bool) -> torch.Tensor:
     locals_, slices = simulate(logits, widths, vocab_size)
-    stats = join_stats([local_stats(x, s) for x, s in zip(locals_, slices, strict=True)], slices)
+    stats = simulate_stats(logits, widths, vocab_size, rank_order=rank_order)
     parts = [local_token_logprobs(x, tokens, stats, s) for x, s in zip(locals_, slices, strict=True)]
     return join_token_logprobs(parts, tokens, slices, ignore_index)
 
@@ -357,7 +362,7 @@ def _whole_slice_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
 def simulate_entropy(logits: torch.Tensor, widths: Sequence[int], vocab_size: int | None = None) -> torch.Tensor:
     """The entropy of the whole row from slices of logits, in one process."""
     locals_, slices = simulate(logits, widths, vocab_size)
-    stats = join_stats([local_stats(x, s) for x, s in zip(locals_, slices, strict=True)], slices)
+    stats = simulate_stats(logits, widths, vocab_size)
     return join_entropy([local_entropy(x, stats, s) for x, s in zip(locals_, slices, strict=True)], stats, slices)
 
 
@@ -413,7 +418,7 @@ def rank_order_token_logprobs(
     exchange = all_gather_exchange(group)
     with torch.no_grad():
         parts = exchange(_whole_slice_stats(local_logits.detach(), slices[me]))
-        stats = rank_order_stats([parts[k] for k in sorted(range(len(slices)), key=lambda k: slices[k].start)])
+        stats = rank_order_stats([parts[k] for k in _ordered(slices)])
         mine = local_token_logprobs(local_logits.detach(), tokens, stats, slices[me])
         wrong = join_token_logprobs(exchange(mine.contiguous()), tokens, slices, ignore_index)
     return right + (wrong - right).detach()
@@ -423,7 +428,4 @@ def simulate_rank_order_token_logprobs(
     logits: torch.Tensor, tokens: torch.Tensor, widths: Sequence[int], ignore_index: int = IGNORE
 ) -> torch.Tensor:
     """The rank-order merge of per-rank sums in one process (the negative control of the split)."""
-    locals_, slices = simulate(logits, widths)
-    stats = simulate_stats(logits, widths, rank_order=True)
-    parts = [local_token_logprobs(x, tokens, stats, s) for x, s in zip(locals_, slices, strict=True)]
-    return join_token_logprobs(parts, tokens, slices, ignore_index)
+    return _simulated_token_logprobs(logits, tokens, widths, None, ignore_index, rank_order=True)
