@@ -99,8 +99,52 @@ SASS_RULES = {
 }
 
 
+# Calls that are no call into math, on sm_80 (ptxas's own, in code it cannot prove converged):
+# * a structured branch: "@P CALL.REL.NOINC t" with t two instructions on, over a BRA (no RET of its own);
+# * the warp helpers of __syncwarp() and __shfl_xor_sync(): bodies of WARPSYNC, SHFL, moves (MOV,
+#   IMAD.MOV.U32) and a constant load (HFMA2.MMA Rd, -RZ, RZ, imm) up to the RET.
+# Any other called body (a vendor math slow path, an outlined function) is flagged.
+SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+SASS_HELPER_OPS = {"WARPSYNC", "SHFL", "MOV", "NOP", "BRA"}
+SASS_CONST_LOAD = re.compile(r"^\s*R\d+\s*,\s*-?RZ\s*,\s*RZ\b")
+
+
+def _instructions(body: str) -> list[tuple[int, str, str]]:
+    """(address, opcode, operands) of each SASS instruction."""
+    return [(int(m.group(1), 16), m.group(2), m.group(3)) for m in SASS_LINE.finditer(body)]
+
+
+def _helper_body(instrs: list[tuple[int, str, str]], target: int) -> bool:
+    """True when the code from target to its RET is one of ptxas's warp helpers (no arithmetic)."""
+    for addr, op, args in instrs:
+        if addr < target:
+            continue
+        base = op.split(".")[0]
+        if base == "RET":
+            return True
+        move = op.startswith("IMAD.MOV") or (base == "HFMA2" and SASS_CONST_LOAD.match(args))
+        if base not in SASS_HELPER_OPS and not move:
+            return False
+    return False
+
+
 def sass_calls(body: str) -> list[str]:
-    return sorted(set(SASS_CALL.findall(body))) if SASS_RET.search(body) else []
+    if not SASS_RET.search(body):
+        return []
+    instrs = _instructions(body)
+    if not instrs:  # no addresses to follow: every call counts
+        return sorted(set(SASS_CALL.findall(body)))
+    flagged = set()
+    for addr, op, args in instrs:
+        if not op.startswith("CALL"):
+            continue
+        target = re.search(r"0x([0-9a-f]+)", args)
+        t = int(target.group(1), 16) if target else -1
+        step = instrs[1][0] - instrs[0][0] if len(instrs) > 1 else 16
+        if t == addr + 2 * step or _helper_body(instrs, t):
+            continue
+        flagged.add(f"{op} {args.strip()}")
+    return sorted(flagged)
 
 
 @dataclass

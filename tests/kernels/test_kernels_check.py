@@ -84,6 +84,33 @@ def test_scanners_flag_what_they_should() -> None:
     assert not kernels_check.sass_calls("@!P0 CALL.REL.NOINC 0x18a0 ;\nEXIT ;")
 
 
+# sm_80 SASS as ptxas writes it: a structured branch (0x0010 -> 0x0030, over the BRA), then the two warp
+# helpers it outlines for __shfl_xor_sync (0x0060) and __syncwarp (0x00a0).
+SM80_HELPERS = """
+        /*0000*/                   CALL.REL.NOINC 0x0060 ;
+        /*0010*/              @!P0 CALL.REL.NOINC 0x0030 ;
+        /*0020*/                   BRA 0x0000 ;
+        /*0030*/                   BSYNC B2 ;
+        /*0040*/                   CALL.REL.NOINC 0x00a0 ;
+        /*0050*/                   EXIT ;
+        /*0060*/                   HFMA2.MMA R13, -RZ, RZ, 0, 0 ;
+        /*0070*/                   WARPSYNC R14 ;
+        /*0080*/                   SHFL.BFLY PT, R14, R17, R16, R15 ;
+        /*0090*/                   RET.REL.NODEC R12 0x0 ;
+        /*00a0*/                   WARPSYNC R13 ;
+        /*00b0*/                   IMAD.MOV.U32 R13, RZ, RZ, 0x0 ;
+        /*00c0*/                   RET.REL.NODEC R12 0x0 ;
+"""
+
+
+def test_sass_calls_accept_ptxas_warp_helpers_and_flag_arithmetic_subroutines() -> None:
+    assert kernels_check.sass_calls(SM80_HELPERS) == []
+    with_math = SM80_HELPERS.replace("SHFL.BFLY PT, R14, R17, R16, R15 ;", "FADD R14, R17, R16 ;")
+    assert kernels_check.sass_calls(with_math) == ["CALL.REL.NOINC 0x0060"]
+    far = SM80_HELPERS.replace("@!P0 CALL.REL.NOINC 0x0030 ;", "@!P0 CALL.REL.NOINC 0x0040 ;")
+    assert kernels_check.sass_calls(far) == ["CALL.REL.NOINC 0x0040"]
+
+
 # ---- NaN-dropping max/min (the contract's max propagates NaN) ------------------------------------
 FMAX_HIP = """#include <hip/hip_runtime.h>
 __global__ void fmax_kernel(const float* a, const float* b, float* c) {
