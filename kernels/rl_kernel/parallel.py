@@ -379,12 +379,13 @@ def sum_allreduce_token_logprobs(
     col = torch.arange(x.shape[-1], device=x.device)
     x = torch.where(col < own.valid, x, torch.full_like(x, float("-inf")))
     m = x.max(dim=-1).values
-    s = torch.exp(x - m.unsqueeze(-1)).sum(dim=-1)
     picked = x.gather(-1, (tokens - own.start).clamp(0, x.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)
     picked = torch.where(own.owns(tokens), picked, torch.zeros_like(picked))
-    if _world(group)[1] > 1:
+    distributed = _world(group)[1] > 1
+    if distributed:
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-        s = torch.exp(x - m.unsqueeze(-1)).sum(dim=-1)
+    s = torch.exp(x - m.unsqueeze(-1)).sum(dim=-1)
+    if distributed:
         dist.all_reduce(s, op=dist.ReduceOp.SUM, group=group)
         dist.all_reduce(picked, op=dist.ReduceOp.SUM, group=group)
     return torch.where(tokens == IGNORE, torch.zeros_like(picked), (picked - m) - torch.log(s))

@@ -195,14 +195,9 @@ def test_random_cuts_on_chunk_boundaries_give_the_single_device_bits(device: str
 def test_negative_control_rank_order_merge_is_caught() -> None:
     """Per-rank sums merged in rank order (each slice reduced as a row of its own) differ from the row's
     tree: the comparison above can fail."""
-    vocab, widths = 151936, [75968, 75968]
-    x = inputs.logits(32, vocab, torch.float32, seed=5)
-    locals_, slices = P.simulate(x, widths)
-    whole = [
-        P.ops.node_stats(xl, 0, s.valid, [(-(-s.valid // 8) - 1).bit_length()], [0])
-        for xl, s in zip(locals_, slices, strict=True)
-    ]
-    wrong = P.rank_order_stats(whole)
+    widths = [75968, 75968]
+    x = inputs.logits(32, sum(widths), torch.float32, seed=5)
+    wrong = P.simulate_stats(x, widths, rank_order=True)
     right = rl_kernel.row_stats(x)
     differ = (wrong[:, 1].view(torch.int32) != right[:, 1].view(torch.int32)).sum().item()
     assert differ >= 8, f"the rank-order merge changed the sum of only {differ} of 32 rows"
