@@ -9,7 +9,8 @@ logits (a copy reads and writes them once; a log-prob kernel only reads them), s
 contender time, 1.0 being the memory system's limit. Contenders: the device copy, rl_kernel's
 token_logprobs, entropy and log_softmax, stock PyTorch (log_softmax + gather), torch.compile of
 gather - logsumexp (static shapes), and Liger's fused cross-entropy (reduction none; it writes its
-gradient into its input, so it gets a copy of the logits of its own).
+gradient into its input, so it gets a copy of the logits of its own). Then a vocab-parallel rank's own
+kernel (bf16, 4096 rows, Megatron's cut at tp 2, 4, 8) against a copy of its slice.
 """
 
 from __future__ import annotations
@@ -125,6 +126,54 @@ def measure(dtype: torch.dtype, rows: int, vocab: int, lig, rl_only: bool = Fals
     return out
 
 
+def measure_ranks(dtype: torch.dtype, rows: int, vocab: int, tps: tuple[int, ...]) -> list[dict]:
+    """A vocab-parallel rank's own kernel (rl_kernel.parallel.local_stats on its contiguous slice, Megatron's
+    cut) against a copy of that slice, for rank 0 (the widest) and the last rank of each tp."""
+    from rl_kernel import parallel
+
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    x = (torch.randn(rows, vocab, device="cuda", generator=g) * 2.5).to(dtype)
+    out = []
+    for tp in tps:
+        widths = parallel.megatron_widths(vocab, tp)
+        _, slices = parallel.simulate(x, widths)
+        for rank in (0, tp - 1):
+            own = slices[rank]
+            local = x[:, own.start : own.start + own.width].contiguous()
+            dst = torch.empty_like(local)
+            fns = {"copy": lambda d=dst, v=local: d.copy_(v), "rank": lambda v=local, o=own: parallel.local_stats(v, o)}
+            for fn in fns.values():
+                fn()
+            torch.cuda.synchronize()
+            q, s = queued(fns, 40), synced(fns, 40)
+            out.append(
+                {
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "rows": rows,
+                    "vocab": vocab,
+                    "contender": f"rl parallel tp{tp} rank {rank} local_stats ({own.width} columns, "
+                    f"{len(own.nodes)} nodes)",
+                    "queued_ms": q["rank"] * 1e3,
+                    "synced_ms": s["rank"] * 1e3,
+                    "x_floor_queued": (q["copy"] / 2) / q["rank"],
+                    "x_floor_synced": (s["copy"] / 2) / s["rank"],
+                    "vs_copy_synced": s["rank"] / s["copy"],
+                }
+            )
+    del x
+    torch.cuda.empty_cache()
+    return out
+
+
+def report(r: dict) -> None:
+    print(
+        f"{r['dtype']:8} {r['rows']:6} {r['contender']:32} queued {r['queued_ms']:8.4f} ms "
+        f"({r['x_floor_queued']:.3f} x floor)  synced {r['synced_ms']:8.4f} ms "
+        f"({r['x_floor_synced']:.3f} x floor, {r['vs_copy_synced']:.2f} x the copy's time)",
+        flush=True,
+    )
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=151936)
@@ -142,12 +191,10 @@ def main() -> int:
             rows_out = measure(dtype, rows, args.vocab, lig, rl_only=args.quick)
             results += rows_out
             for r in rows_out:
-                print(
-                    f"{r['dtype']:8} {r['rows']:6} {r['contender']:32} queued {r['queued_ms']:8.4f} ms "
-                    f"({r['x_floor_queued']:.3f} x floor)  synced {r['synced_ms']:8.4f} ms "
-                    f"({r['x_floor_synced']:.3f} x floor, {r['vs_copy_synced']:.2f} x the copy's time)",
-                    flush=True,
-                )
+                report(r)
+    for r in measure_ranks(torch.bfloat16, 4096, args.vocab, (2, 4, 8)):
+        results.append(r)
+        report(r)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

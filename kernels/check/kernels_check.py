@@ -92,20 +92,46 @@ PTX_RULES = {
     "vendor math": PTX_VENDOR_MATH,
     "NaN-dropping max/min": PTX_FLOAT_MINMAX,
 }
-SASS_RULES = {
-    "contracted FMA": SASS_FMA,
+SASS_RULES = {  # FMAs are counted instead (fma_count_violations): the contract writes some itself
     "vendor math": SASS_VENDOR_MATH,
     "NaN-dropping max/min": SASS_FLOAT_MINMAX,
 }
+AMD_RULES_NO_FMA = {k: v for k, v in AMD_RULES.items() if k != "contracted FMA"}
+
+# The contract's own fused multiply-adds (numerics.h fma_rn) are inline assembly, which PTX brackets with
+# "// begin inline asm" ... "// end inline asm" and AMD assembly with ";;#ASMSTART" ... ";;#ASMEND": they are
+# counted and taken out before the FMA rule, so any FMA left is a compiler's contraction. SASS and a shipped
+# library's code objects carry no such marks: there each kernel must hold exactly as many FMAs as its source
+# writes (the count of the same compile's PTX, or of a reference compile), and a contraction adds more.
+PTX_EXPLICIT_FMA = re.compile(r"//\s*begin inline asm\s*\n\s*fma\.rn\.f32\b[^;\n]*;\s*\n\s*//\s*end inline asm")
+AMD_EXPLICIT_FMA = re.compile(r";;#ASMSTART\s*\n\s*v_fma_f32\b[^\n]*\n\s*;;#ASMEND")
+
+
+def explicit_fmas(bodies: dict[str, str], pat: re.Pattern) -> tuple[dict[str, str], dict[str, int]]:
+    """(bodies without the contract's inline-asm FMAs, {kernel: how many there were})."""
+    return {k: pat.sub("", v) for k, v in bodies.items()}, {k: len(pat.findall(v)) for k, v in bodies.items()}
+
+
+def fma_count_violations(bodies: dict[str, str], pat: re.Pattern, written: dict[str, int]) -> list[str]:
+    """Kernels whose FMA instructions are not exactly the ones the source writes."""
+    found = []
+    for name, body in bodies.items():
+        n, want = len(pat.findall(body)), written.get(name)
+        if want is None:
+            found.append(f"{name}: contracted FMA: {n} FMA instructions, and no count of the ones written")
+        elif n != want:
+            found.append(f"{name}: contracted FMA: {n} FMA instructions, {want} written (fma_rn)")
+    return found
 
 
 # Calls that are no call into math, on sm_80 (ptxas's own, in code it cannot prove converged):
 # * a structured branch: "@P CALL.REL.NOINC t" with t two instructions on, over a BRA (no RET of its own);
 # * the warp helpers of __syncwarp() and __shfl_xor_sync(): bodies of WARPSYNC, SHFL, moves (MOV,
-#   IMAD.MOV.U32) and a constant load (HFMA2.MMA Rd, -RZ, RZ, imm) up to the RET.
+#   IMAD.MOV.U32, a register spilled and restored around them: STL, LDL) and a constant load
+#   (HFMA2.MMA Rd, -RZ, RZ, imm) up to the RET.
 # Any other called body (a vendor math slow path, an outlined function) is flagged.
 SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
-SASS_HELPER_OPS = {"WARPSYNC", "SHFL", "MOV", "NOP", "BRA"}
+SASS_HELPER_OPS = {"WARPSYNC", "SHFL", "MOV", "NOP", "BRA", "STL", "LDL"}
 SASS_CONST_LOAD = re.compile(r"^\s*R\d+\s*,\s*-?RZ\s*,\s*RZ\b")
 
 
@@ -208,7 +234,7 @@ def check_hip(
     proc = run(cmd)
     if proc.returncode != 0:
         return TargetResult(target, clang, False, error=proc.stderr.strip()[-2000:])
-    bodies = kernel_bodies_amd(out.read_text())
+    bodies, _ = explicit_fmas(kernel_bodies_amd(out.read_text()), AMD_EXPLICIT_FMA)
     wave = "64" if "-mwavefrontsize64" in arch_flags or not target.startswith("gfx1") else "32"
     asm = out.read_text()
     violations = scan(bodies, AMD_RULES)
@@ -234,7 +260,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     proc = run(cmd)
     if proc.returncode != 0:
         return [TargetResult(target, "nvcc", False, error=proc.stderr.strip()[-2000:])]
-    bodies = ptx_bodies(ptx.read_text())
+    bodies, written = explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)
     violations = scan(bodies, PTX_RULES)
     results = [TargetResult(f"{target}-ptx", "nvcc", bool(bodies) and not violations, len(bodies), violations)]
     if shutil.which("cuobjdump"):
@@ -242,7 +268,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
         proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(source), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = sass_bodies(sass)
-        sv = scan_sass(sbodies)
+        sv = scan_sass(sbodies, written)
         results.append(
             TargetResult(
                 f"{target}-sass",
@@ -261,9 +287,34 @@ def sass_bodies(sass: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
 
 
-def scan_sass(bodies: dict[str, str]) -> list[str]:
-    found = scan(bodies, SASS_RULES)
+def scan_sass(bodies: dict[str, str], written: dict[str, int]) -> list[str]:
+    """The SASS rules, the FMA count against `written` (explicit FMAs per kernel) and the calls."""
+    found = scan(bodies, SASS_RULES) + fma_count_violations(bodies, SASS_FMA, written)
     return found + [f"{name}: call: {c}" for name, body in bodies.items() for c in sass_calls(body)[:3]]
+
+
+def written_fmas_cuda(arch: str, tmp: Path) -> dict[str, int] | str:
+    """{kernel: explicit FMAs} of the exact kernels compiled for arch with the contract's flags (the
+    reference a shipped library's SASS is held to), or the compile error."""
+    ptx = tmp / f"reference-{arch}.ptx"
+    flags = [f for f in build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
+    proc = run(["nvcc", f"-arch={arch}", *flags, "--fmad=false", "-ptx", str(write_unit(tmp)), "-o", str(ptx)])
+    if proc.returncode != 0:
+        return proc.stderr.strip()[-1500:] or "nvcc failed"
+    return explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)[1]
+
+
+def written_fmas_hip(mcpu: str, tmp: Path) -> dict[str, int] | str:
+    """The same for an AMD target (clang -S), or the error."""
+    clang = find_clang()
+    if clang is None:
+        return "clang++-19 is needed to count the FMAs the source writes"
+    asm = tmp / f"reference-{mcpu}.s"
+    cmd = [clang, "-x", "hip", f"--offload-arch={mcpu}", "--rocm-path=/usr", "-nogpulib", "--cuda-device-only"]
+    proc = run([*cmd, "-S", *build_flags.HIP_FLAGS, str(write_unit(tmp)), "-o", str(asm)])
+    if proc.returncode != 0:
+        return proc.stderr.strip()[-1500:] or "clang failed"
+    return explicit_fmas(kernel_bodies_amd(asm.read_text()), AMD_EXPLICIT_FMA)[1]
 
 
 # ---- --built: the device code a built library ships ------------------------------------------
@@ -360,7 +411,11 @@ def check_built_hip(path: Path, tmp: Path) -> list[TargetResult]:
             results.append(TargetResult(f"built-{arch}", objdump, False, error=dis.stderr.strip()[-1500:]))
             continue
         bodies = {k: v for k, v in objdump_bodies(dis.stdout).items() if k.startswith("_Z")}
-        violations = scan(bodies, AMD_RULES)
+        written = written_fmas_hip(mcpu, tmp)
+        if isinstance(written, str):
+            results.append(TargetResult(f"built-{arch}", objdump, False, error=written))
+            continue
+        violations = scan(bodies, AMD_RULES_NO_FMA) + fma_count_violations(bodies, AMD_FMA, written)
         ok = bool(bodies) and not violations
         results.append(
             TargetResult(f"built-{arch}", objdump, ok, len(bodies), violations, "" if bodies else "no kernels")
@@ -370,18 +425,32 @@ def check_built_hip(path: Path, tmp: Path) -> list[TargetResult]:
     return results
 
 
-def check_built_cuda(path: Path) -> list[TargetResult]:
+def sass_by_arch(sass: str) -> list[tuple[str, str]]:
+    """cuobjdump -sass output cut into (arch, text) per ELF ("arch = sm_90" opens each)."""
+    parts = re.split(r"^\s*arch = (sm_\d+a?)\s*$", sass, flags=re.M)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+def check_built_cuda(path: Path, tmp: Path) -> list[TargetResult]:
     if shutil.which("cuobjdump") is None:
         return [TargetResult("built-cuda", "cuobjdump", False, error="cuobjdump is not installed")]
     proc = run(["cuobjdump", "-sass", str(path)])
-    bodies = sass_bodies(proc.stdout)
-    if proc.returncode != 0 or not bodies:
+    per_arch = sass_by_arch(proc.stdout)
+    if proc.returncode != 0 or not any(sass_bodies(text) for _, text in per_arch):
         err = proc.stderr.strip()[-1500:] or "no SASS functions found"
         return [TargetResult("built-sass", "cuobjdump", False, error=err)]
-    # Group by architecture when cuobjdump names it per ELF ("arch = sm_90").
-    violations = scan_sass(bodies)
-    arches = sorted(set(re.findall(r"arch = (sm_\d+a?)", proc.stdout))) or ["sass"]
-    return [TargetResult(f"built-{'+'.join(arches)}", "cuobjdump", not violations, len(bodies), violations)]
+    results = []
+    for arch, text in per_arch:
+        bodies = sass_bodies(text)
+        if not bodies:
+            continue
+        written = written_fmas_cuda(arch, tmp) if shutil.which("nvcc") else "nvcc is needed to count written FMAs"
+        if isinstance(written, str):
+            results.append(TargetResult(f"built-{arch}", "cuobjdump", False, error=written))
+            continue
+        violations = scan_sass(bodies, written)
+        results.append(TargetResult(f"built-{arch}", "cuobjdump", not violations, len(bodies), violations))
+    return results
 
 
 def write_bundle(entries: list[tuple[str, bytes]], align: int = 4096) -> bytes:
@@ -445,7 +514,7 @@ def check_built(path: Path) -> list[TargetResult]:
         if ".hip_fatbin" in sections:
             results += check_built_hip(path, Path(d))
         if ".nv_fatbin" in sections or "__nv_relfatbin" in sections:
-            results += check_built_cuda(path)
+            results += check_built_cuda(path, Path(d))
     if not results:
         results.append(TargetResult("built", "-", False, error=f"{path}: no .hip_fatbin or .nv_fatbin section"))
     return results

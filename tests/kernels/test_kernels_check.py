@@ -84,6 +84,26 @@ def test_scanners_flag_what_they_should() -> None:
     assert not kernels_check.sass_calls("@!P0 CALL.REL.NOINC 0x18a0 ;\nEXIT ;")
 
 
+def test_explicit_fmas_are_told_from_contracted_ones() -> None:
+    """The contract's fma_rn is inline assembly: counted and taken out of PTX / AMD assembly before the FMA
+    rule; a bare fma there is a contraction. In SASS (no marks) the count must equal the written one."""
+    ptx = "// begin inline asm\nfma.rn.f32 %f1, %f2, %f3, %f4;\n// end inline asm\nmul.rn.f32 %f5, %f1, %f1;\n"
+    stripped, written = kernels_check.explicit_fmas(
+        {"k": ptx, "c": ptx + "fma.rn.f32 %f6, %f5, %f5, %f1;\n"}, kernels_check.PTX_EXPLICIT_FMA
+    )
+    assert written == {"k": 1, "c": 1}
+    assert kernels_check.scan({"k": stripped["k"]}, kernels_check.PTX_RULES) == []
+    assert any("contracted FMA" in f for f in kernels_check.scan({"c": stripped["c"]}, kernels_check.PTX_RULES))
+    amd = ";;#ASMSTART\nv_fma_f32 v1, v2, v3, v4\n;;#ASMEND\nv_fmac_f32_e32 v5, v1, v1\n"
+    stripped, written = kernels_check.explicit_fmas({"k": amd}, kernels_check.AMD_EXPLICIT_FMA)
+    assert written == {"k": 1} and "v_fma_f32" not in stripped["k"] and "v_fmac_f32" in stripped["k"]
+    sass = "FFMA R1, R2, R3, 0.5 ;\nFADD R4, R1, R1 ;\n"
+    assert kernels_check.fma_count_violations({"k": sass}, kernels_check.SASS_FMA, {"k": 1}) == []
+    more = kernels_check.fma_count_violations({"k": sass + "FFMA R5, R4, R4, R1 ;\n"}, kernels_check.SASS_FMA, {"k": 1})
+    assert more and "2 FMA instructions, 1 written" in more[0]
+    assert kernels_check.fma_count_violations({"x": sass}, kernels_check.SASS_FMA, {})  # no count: flagged
+
+
 # sm_80 SASS as ptxas writes it: a structured branch (0x0010 -> 0x0030, over the BRA), then the two warp
 # helpers it outlines for __shfl_xor_sync (0x0060) and __syncwarp (0x00a0).
 SM80_HELPERS = """
@@ -105,6 +125,11 @@ SM80_HELPERS = """
 
 def test_sass_calls_accept_ptxas_warp_helpers_and_flag_arithmetic_subroutines() -> None:
     assert kernels_check.sass_calls(SM80_HELPERS) == []
+    spilled = SM80_HELPERS.replace(  # under register pressure ptxas saves a register around the shuffle
+        "WARPSYNC R14 ;",
+        "STL [R1+0x6bc], R0 ;\n        /*0071*/ WARPSYNC R14 ;\n        /*0072*/ LDL.LU R0, [R1+0x6bc] ;",
+    )
+    assert kernels_check.sass_calls(spilled) == []
     with_math = SM80_HELPERS.replace("SHFL.BFLY PT, R14, R17, R16, R15 ;", "FADD R14, R17, R16 ;")
     assert kernels_check.sass_calls(with_math) == ["CALL.REL.NOINC 0x0060"]
     far = SM80_HELPERS.replace("@!P0 CALL.REL.NOINC 0x0030 ;", "@!P0 CALL.REL.NOINC 0x0040 ;")

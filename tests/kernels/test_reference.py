@@ -341,6 +341,65 @@ def test_exp2_polynomial_accuracy() -> None:
     assert (np.abs(p - ref) / ref).max() <= 2e-7
 
 
+def _fma_exact(a: np.float32, b: np.float32, c: np.float32) -> np.float32:
+    """a*b + c rounded once to binary32, from exact rationals: the nearest of the three binary32 values
+    around the float64 guess, ties to the even significand."""
+    from fractions import Fraction
+
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    guess = np.float32(float(exact))
+    cands = [np.nextafter(guess, np.float32(-np.inf)), guess, np.nextafter(guess, np.float32(np.inf))]
+    cands = [v for v in cands if np.isfinite(v)]
+    return min(cands, key=lambda v: (abs(Fraction(float(v)) - exact), int(v.view(np.uint32)) & 1))
+
+
+def _fma_cases(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Random operands, and products placed so that c cancels most of a*b or sits near its rounding
+    boundary (where a float64 sum rounded twice would be wrong)."""
+    a = rng.uniform(-2, 2, n).astype(np.float32)
+    b = rng.uniform(-2, 2, n).astype(np.float32)
+    p32 = (a * b).astype(np.float32)
+    c = np.concatenate(
+        [
+            rng.uniform(-4, 4, n // 4),
+            -p32[: n // 4],  # exact cancellation of the rounded product: the result is its error
+            (p32 * np.float32(2.0**-25))[: n // 4],  # near half an ulp of a*b
+            np.ldexp(rng.uniform(-1, 1, n - 3 * (n // 4)), rng.integers(-60, 10, n - 3 * (n // 4))),
+        ]
+    ).astype(np.float32)
+    return a, b, c
+
+
+def test_fma_rn_is_correctly_rounded() -> None:
+    """The transcription's fma_rn (float64 round-to-odd) against exact rational arithmetic, on operands
+    chosen to hit cancellation and halfway cases; the plain float64 a*b + c, rounded twice, must be
+    wrong somewhere on the same operands (the negative control of this test)."""
+    a, b, c = _fma_cases(np.random.default_rng(_RNG_SEED), 4000)
+    # (1 + k 2^-12)^2 = 1 + k 2^-11 + k^2 2^-24 is a binary32 halfway case for odd k; a c of +-2^-80 decides
+    # the rounding, which float64 drops before rounding to binary32 (to even): wrong for one sign.
+    k = np.arange(1, 64, 2, dtype=np.float64)
+    sq = np.float32(1 + k * 2.0**-12)
+    tiny = np.float32([2.0**-80, -(2.0**-80)])
+    ties_a, ties_b = np.repeat(sq, 2), np.repeat(sq, 2)
+    ties_c = np.tile(tiny, sq.size)
+    a, b, c = (np.concatenate([x, y]) for x, y in ((a, ties_a), (b, ties_b), (c, ties_c)))
+    got = S.fma_rn(a, b, c)
+    want = np.array([_fma_exact(x, y, z) for x, y, z in zip(a, b, c, strict=True)], dtype=np.float32)
+    assert_same(S.bits_of(got), S.bits_of(want), "fma_rn")
+    naive = (a.astype(np.float64) * b + c).astype(np.float32)
+    assert not np.array_equal(S.bits_of(naive), S.bits_of(want)), "the double-rounding control never differed"
+
+
+def test_cpu_fma_equals_the_transcription() -> None:
+    """The CPU build's fma_rn (the C library's fmaf) through the exp it feeds: exp_fold of the build,
+    seen through the leaf of one-element rows, equals the transcription's on the same arguments."""
+    d = np.float32(-np.linspace(0.0, 80.0, 4096, dtype=np.float32))
+    x = torch.from_numpy(np.stack([np.zeros_like(d), d], axis=1))  # rows (0, d): s = 1 + exp_fold(d)
+    stats = ops.row_stats(x)
+    want = (S.ONE + S.exp_fold(d)).astype(np.float32)
+    assert_same(stats[:, 1].numpy().view(np.uint32), S.bits_of(want), "row sum 1 + exp_fold(d)")
+
+
 def test_exp_fold_and_exp_flushed_edges() -> None:
     """Below about -86.64 (and at -inf) exp_fold is one constant ~2.4e-38; exp_flushed is 0 below -86,
     the canonical NaN for NaN, and exp_fold elsewhere."""

@@ -10,6 +10,8 @@ Rules of this file:
 * Only binary32 arithmetic: every value is a numpy float32 array (0-d for a scalar) and every
   constant an ``np.float32``; each ``+``, ``-``, ``*`` is a separate numpy ufunc call, so each is
   rounded on its own (numpy never contracts to an FMA). ``_f32`` checks that nothing was promoted.
+  The contract's one fused operation, ``fma_rn(a, b, c)``, is emulated exactly (``fma_rn`` below:
+  float64 with round-to-odd, then one rounding to binary32).
 * Bit manipulation on ``np.uint32`` / ``np.int32`` arrays, which wrap modulo 2**32.
 * All floating-point exceptions are ignored (``np.errstate(all="ignore")``, see ``_quiet``).
 * The row tree is evaluated one level at a time: the leaves (one per chunk) are an array, and each
@@ -212,17 +214,35 @@ def store_bits(x, dtype: torch.dtype) -> np.ndarray:
     raise TypeError(f"rl_kernel.reference: unsupported dtype {dtype}")
 
 
+# ---- the fused multiply-add ----------------------------------------------------------
+@_quiet
+def fma_rn(a, b, c) -> np.ndarray:
+    """ "fma_rn(a, b, c) = a*b + c rounded once to binary32 (IEEE-754 fusedMultiplyAdd)".
+
+    a*b is exact in float64 (24 + 24 significant bits). The float64 sum s = a*b + c is rounded, but
+    its error e is exact (TwoSum); moving an even s one ulp towards e gives a*b + c rounded to odd in
+    53 bits, and rounding that to binary32 (24 <= 53 - 2 bits) is the correctly rounded result
+    (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums", 2008)."""
+    a, b, c = (_f32(v).astype(np.float64) for v in (a, b, c))
+    p = a * b
+    s = p + c
+    bp = s - p
+    e = (p - (s - bp)) + (c - bp)
+    even = (s.view(np.uint64) & np.uint64(1)) == 0
+    towards = np.where(e > 0, np.inf, -np.inf)
+    odd = np.where((e != 0) & even & np.isfinite(s), np.nextafter(s, towards), s)
+    return odd.astype(np.float32)
+
+
 # ---- exp -----------------------------------------------------------------------------
 @_quiet
 def exp2_poly(f) -> np.ndarray:
-    """ "p = 1 + f*(E1 + f*(E2 + f*(E3 + f*(E4 + f*E5))))  (2^f, Horner)"."""
+    """ "p = 1 + f*(E1 + f*(E2 + f*(E3 + f*(E4 + f*E5))))  (2^f, Horner), each step one fma_rn"."""
     f = _f32(f)
-    p = E5
-    p = E4 + f * p
-    p = E3 + f * p
-    p = E2 + f * p
-    p = E1 + f * p
-    return ONE + f * p
+    p = np.broadcast_to(E5, f.shape).astype(F32)
+    for coeff in (E4, E3, E2, E1, ONE):
+        p = fma_rn(f, p, np.broadcast_to(coeff, f.shape).astype(F32))
+    return p
 
 
 @_quiet
@@ -311,12 +331,12 @@ def leaf_stats(x_row, chunk_sum_fn=chunk_sum) -> tuple[np.ndarray, np.ndarray]:
 
 @_quiet
 def combine(ma, sa, mb, sb) -> tuple[np.ndarray, np.ndarray]:
-    """ "join((ma, sa), (mb, sb)): m = max(ma, mb); each side's s is kept as is if its max equals m,
-    else multiplied by exp_fold(its max - m); s = sa' + sb'." """
+    """ "join((ma, sa), (mb, sb)): m = max(ma, mb); top = (ma == m); e = exp_fold((top ? mb : ma) - m);
+    s = top ? sa + sb*e : sa*e + sb" (one exp: the side holding the maximum is kept as is)."""
     m = max_nan(ma, mb)
-    sa = np.where(ma == m, sa, sa * exp_fold(ma - m))
-    sb = np.where(mb == m, sb, sb * exp_fold(mb - m))
-    return m, sa + sb
+    top = ma == m
+    e = exp_fold(np.where(top, mb, ma) - m)
+    return m, np.where(top, sa + sb * e, sa * e + sb)
 
 
 EMPTY_M = -FLT_MAX  # "the empty node: (-FLT_MAX, 0) for statistics, 0 for sums"

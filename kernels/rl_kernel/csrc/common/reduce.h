@@ -46,12 +46,14 @@ RL_HD Acc leaf_stats(const float x[RL_CHUNK]) {
   return Acc{cm, chunk_sum(e)};
 }
 
-// Join of two sibling nodes, a the lower positions.
+// Join of two sibling nodes, a the lower positions. The side that holds the maximum is kept as is and
+// only the other one is scaled, by one exp. (When both hold it, e = exp_fold(0) = 1 exactly, so scaling
+// b changes nothing; for a NaN or +inf maximum, whose rows are bad, s is unspecified.)
 RL_HD Acc join(Acc a, Acc b) {
   const float m = max_nan(a.m, b.m);
-  const float sa = (a.m == m) ? a.s : a.s * exp_fold(a.m - m);
-  const float sb = (b.m == m) ? b.s : b.s * exp_fold(b.m - m);
-  return Acc{m, sa + sb};
+  const bool a_top = a.m == m;
+  const float e = exp_fold((a_top ? b.m : a.m) - m);
+  return Acc{m, a_top ? a.s + b.s * e : a.s * e + b.s};
 }
 RL_HD float join(float a, float b) { return a + b; }
 

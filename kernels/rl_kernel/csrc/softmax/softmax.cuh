@@ -431,16 +431,22 @@ __device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, 
   }
   const int64_t base = c0 + int64_t(lane_id()) * LC;
   Counter8<P> cnt;
-#pragma unroll 1
-  for (int i = 0; i < LC; ++i) {
-    float x[RL_CHUNK];
-    if (staged)
+  if (staged) {  // every chunk of the tile is in the row: unrolled, the counter's joins fixed
+    RL_UNROLL(unroll)
+    for (int i = 0; i < LC; ++i) {
+      float x[RL_CHUNK];
       staged_chunk<D>(my, lane_id() * LC + i, x);
-    else
+      cnt.push(i, leaf.from_x(x));
+    }
+    RL_WARP_SYNC();  // the next tile overwrites the stage
+  } else {
+#pragma unroll 1
+    for (int i = 0; i < LC; ++i) {
+      float x[RL_CHUNK];
       direct_chunk<D>(leaf.row, leaf.V, base + i, Leaf::pad(), x);
-    cnt.push(i, (base + i < n) ? leaf.from_x(x) : empty);
+      cnt.push(i, (base + i < n) ? leaf.from_x(x) : empty);
+    }
   }
-  if (staged) RL_WARP_SYNC();  // the next tile overwrites the stage
   return warp_join(cnt.result(LC, empty));
 }
 
