@@ -192,6 +192,40 @@ def test_random_cuts_on_chunk_boundaries_give_the_single_device_bits(device: str
         assert_bits(P.simulate_entropy(x, widths), want_h, f"entropy, widths {widths}")
 
 
+def _children(nodes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Each node of level >= 1 replaced by its two halves: a finer tiling of the same range."""
+    return [c for lv, ix in nodes for c in (((lv - 1, 2 * ix), (lv - 1, 2 * ix + 1)) if lv else ((lv, ix),))]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_a_slices_nodes_by_any_tiling_join_to_the_same_bits(device: str, dtype: torch.dtype) -> None:
+    """node_stats / node_entropy on a slice's canonical nodes (on the GPU: one block per row, balanced over
+    its warps) and on a finer tiling of the same range (each node's two halves; one warp per node): every
+    canonical node equals the join of its halves, and the two tilings join to the same bits."""
+    vocab, widths = 151936, [75968, 37984, 37984]
+    x = inputs.logits(6, vocab, dtype, seed=23).to(device)
+    stats = rl_kernel.row_stats(x)
+    locals_, slices = P.simulate(x, widths)
+    ops = torch.ops.rl_kernel
+    for local, own in zip(locals_, slices, strict=True):
+        local = local.contiguous()
+        lv, ix = [n[0] for n in own.nodes], [n[1] for n in own.nodes]
+        fine = _children(own.nodes)
+        flv, fix = [n[0] for n in fine], [n[1] for n in fine]
+        canon = ops.node_stats(local, own.chunk0, own.valid, lv, ix)
+        finer = ops.node_stats(local, own.chunk0, own.valid, flv, fix)
+        at = 0
+        for k, node in enumerate(own.nodes):
+            halves = _children([node])
+            got = ops.join_stats(finer[:, at : at + len(halves)].contiguous(), *map(list, zip(*halves, strict=True)))
+            assert_bits(got, ops.join_stats(canon[:, k : k + 1].contiguous(), [node[0]], [node[1]]), f"node {node}")
+            at += len(halves)
+        assert_bits(ops.join_stats(finer, flv, fix), ops.join_stats(canon, lv, ix), f"slice at {own.start}")
+        h_c = ops.node_entropy(local, stats, own.chunk0, own.valid, lv, ix)
+        h_f = ops.node_entropy(local, stats, own.chunk0, own.valid, flv, fix)
+        assert_bits(ops.join_sum(h_f, stats, flv, fix), ops.join_sum(h_c, stats, lv, ix), "entropy sums")
+
+
 def test_negative_control_rank_order_merge_is_caught() -> None:
     """Per-rank sums merged in rank order (each slice reduced as a row of its own) differ from the row's
     tree: the comparison above can fail."""

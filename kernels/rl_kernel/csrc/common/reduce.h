@@ -97,6 +97,14 @@ struct TreeStack {
   }
 };
 
+// The level of the maximal aligned node that starts at chunk c inside [c, end), at most Lmax: pushing
+// such nodes from c0 to end gives the canonical decomposition of [c0, end) (Lmax large), or finer parts.
+RL_HD int item_level(int64_t c, int64_t end, int Lmax) {
+  int L = 0;
+  while (L < Lmax && (c & ((int64_t(2) << L) - 1)) == 0 && c + (int64_t(2) << L) <= end) ++L;
+  return L;
+}
+
 // ---- generic row loops shared by every build --------------------------------
 // Load(c, x, full) fills x[0..7] with elements 8c..8c+7 of the row; when full is
 // false the chunk is the row's last, partial one and is padded with -inf.

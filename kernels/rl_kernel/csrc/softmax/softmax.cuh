@@ -513,6 +513,50 @@ __device__ __forceinline__ P block_tree(const Leaf& leaf, int64_t n, P empty, P*
   return r;
 }
 
+// The canonical decomposition of a rank's slice, chunks [c0, c0 + n) of the row (their maximal aligned
+// nodes, left to right), by one block, into out[0..): the range is cut into items, maximal aligned nodes
+// of at most level RL_WARP_NODE_LEVEL, which the warps take round robin; thread 0 pushes their values in
+// order into a TreeStack, which joins siblings as they come, so that it ends holding exactly the slice's
+// maximal nodes. (Work is balanced whatever the slice's nodes are: a slice of 9496 chunks has nodes of
+// levels 13, 10, 8, 4 and 3, each of which one warp would otherwise walk alone.) leaf's row starts at
+// global chunk c0. Returns the number of nodes written (thread 0).
+template <class P, class Leaf>
+__device__ __forceinline__ int block_slice_nodes(const Leaf& leaf, int64_t c0, int64_t n, P empty, P* out) {
+  __shared__ int item_lv[RL_ROW_GROUP];
+  __shared__ int64_t item_first[RL_ROW_GROUP];  // local chunk
+  __shared__ int item_count;
+  __shared__ P item_val[RL_ROW_GROUP];
+  TreeStack<P> st;  // thread 0 only
+  int64_t c = c0;
+  const int64_t end = c0 + n;
+  for (;;) {
+    if (RL_TID == 0) {
+      int k = 0;
+      for (; k < RL_ROW_GROUP && c < end; ++k) {
+        item_lv[k] = item_level(c, end, RL_WARP_NODE_LEVEL);
+        item_first[k] = c - c0;
+        c += int64_t(1) << item_lv[k];
+      }
+      item_count = k;
+    }
+    RL_SYNC();
+    const int count = item_count;
+    if (count == 0) break;
+    for (int j = warp_id(); j < count; j += RL_WARPS) {
+      const int64_t f = item_first[j];
+      const P v = warp_any_node(leaf.shifted(f), item_lv[j], n - f, empty);
+      if (lane_id() == 0) item_val[j] = v;
+    }
+    RL_SYNC();
+    if (RL_TID == 0)
+      for (int j = 0; j < count; ++j) st.push(item_lv[j], (c0 + item_first[j]) >> item_lv[j], item_val[j]);
+    RL_SYNC();
+  }
+  if (RL_TID == 0)
+    for (int k = 0; k < st.n; ++k) out[k] = st.v[k];
+  return st.n;
+}
+
 // What a warp tile needs of a row: its storage, its length, the value past its end, and the leaf of a
 // full chunk's values (a partial chunk arrives padded).
 template <class D>
@@ -596,7 +640,23 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const typename D::storage* row = x + r * row_stride;
   const RowStats st = block_stats<D>(row, V);
   float* orow = out + r * V;
-  for (int64_t i = RL_TID; i < V; i += RL_BLOCK) orow[i] = logprob(D::load(row, i), st);
+  int64_t i = RL_TID;
+  if (aligned16<D>(row) && (reinterpret_cast<uintptr_t>(orow) & 15u) == 0) {
+    // 16-byte loads and stores, a chunk per thread (the same values, the same arithmetic per element).
+    constexpr int W = Tile<D>::words;
+    for (int64_t c = RL_TID; c < V / RL_CHUNK; c += RL_BLOCK) {
+      uint4 w[W];
+      RL_UNROLL(unroll)
+      for (int q = 0; q < W; ++q) w[q] = reinterpret_cast<const uint4*>(row + c * RL_CHUNK)[q];
+      float x[RL_CHUNK];
+      decode_chunk<D>(w, x);
+      float4* o = reinterpret_cast<float4*>(orow + c * RL_CHUNK);
+      o[0] = make_float4(logprob(x[0], st), logprob(x[1], st), logprob(x[2], st), logprob(x[3], st));
+      o[1] = make_float4(logprob(x[4], st), logprob(x[5], st), logprob(x[6], st), logprob(x[7], st));
+    }
+    i = V / RL_CHUNK * RL_CHUNK + RL_TID;
+  }
+  for (; i < V; i += RL_BLOCK) orow[i] = logprob(D::load(row, i), st);
 }
 
 template <class D>
@@ -720,6 +780,36 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const float h = warp_any_node(leaf_sum(EntropyTerms<D>{x + r * row_stride + off, V, st}), nl.level(j), nr.n,
                                 sum_empty());
   if (lane_id() == 0) out[r * nl.n + j] = h;
+}
+
+// A rank's slice, whose nodes are its canonical decomposition (the host checks): one block per row,
+// block_slice_nodes. The slice's chunks start at its row's column 0 (global chunk chunk0).
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    slice_stats_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid, int64_t chunk0,
+                       int64_t nodes, float* out) {
+  const int64_t r = row0 + RL_ROW;
+  __shared__ Acc vals[RL_MAX_NODES];
+  const int k = block_slice_nodes(LeafStats<D>{x + r * row_stride, valid}, chunk0, chunks_of(valid), acc_empty(),
+                                  vals);
+  if (RL_TID == 0)
+    for (int j = 0; j < k && j < nodes; ++j) {
+      out[2 * (r * nodes + j)] = vals[j].m;
+      out[2 * (r * nodes + j) + 1] = vals[j].s;
+    }
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    slice_entropy_kernel(int64_t row0, const typename D::storage* x, int64_t row_stride, int64_t valid,
+                         int64_t chunk0, int64_t nodes, const float* stats, float* out) {
+  const int64_t r = row0 + RL_ROW;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  __shared__ float vals[RL_MAX_NODES];
+  const int k = block_slice_nodes(leaf_sum(EntropyTerms<D>{x + r * row_stride, valid, st}), chunk0,
+                                  chunks_of(valid), sum_empty(), vals);
+  if (RL_TID == 0)
+    for (int j = 0; j < k && j < nodes; ++j) out[r * nodes + j] = vals[j];
 }
 
 __device__ __forceinline__ RowStats join_row_stats(int64_t r, const float* part, const NodeList& nl, float* stats) {

@@ -151,9 +151,13 @@ struct GpuExec {
     launch(entropy_backward_kernel<D>, r.n, g, x, r.stride, r.v, stats, H, gin);
   }
 
+  // A rank's slice (its canonical decomposition): one block per row, balanced over its warps, and no node
+  // list to copy to the device. Any other list (a row's equal parts, or nodes given by hand): one warp each.
   template <class D>
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                          const HostNodes& nodes, float* out) {
+    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid)))
+      return launch(slice_stats_kernel<D>, r.n, x, r.stride, valid, chunk0, nodes.n, out);
     const DeviceNodes dn(nodes);
     launch_nodes(node_stats_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, out);
   }
@@ -161,6 +165,8 @@ struct GpuExec {
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                            const HostNodes& nodes, const float* stats, float* out) {
+    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid)))
+      return launch(slice_entropy_kernel<D>, r.n, x, r.stride, valid, chunk0, nodes.n, stats, out);
     const DeviceNodes dn(nodes);
     launch_nodes(node_entropy_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, stats, out);
   }

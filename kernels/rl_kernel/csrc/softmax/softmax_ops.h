@@ -20,6 +20,19 @@ inline HostNodes given_nodes(at::IntArrayRef levels, at::IntArrayRef indices) {
   return HostNodes{levels, indices, int64_t(levels.size()), 0};
 }
 
+// True when the nodes are the canonical decomposition of chunks [c0, c1): their maximal aligned nodes, left
+// to right (what rl_kernel.parallel gives for a rank's slice; the GPU then takes a balanced path).
+inline bool canonical_nodes(const HostNodes& h, int64_t c0, int64_t c1) {
+  if (h.levels.empty() || c0 < 0) return false;
+  int64_t c = c0, k = 0;
+  for (; c < c1; ++k) {
+    const int L = item_level(c, c1, 62);
+    if (k >= h.n || h.levels[k] != L || h.indices[k] != (c >> L)) return false;
+    c += int64_t(1) << L;
+  }
+  return k == h.n;
+}
+
 // ---- a row cut into equal aligned parts: several blocks per row -----------------------------
 // The cut is a launch choice that never changes a bit (the row's tree is the same, docs/numerics.md
 // section 2). -1: the executor chooses (Exec::auto_split_level); L >= 0: parts of 2^L chunks whenever
