@@ -1,5 +1,6 @@
-"""Where a decode-sized call spends its time: torch.profiler's per-kernel device times and the host time of
-one call, for rl_kernel's token_logprobs and a device copy at 1, 16 and 256 rows of 151936 (bf16).
+"""Where a decode-sized call spends its time: torch.profiler's per-kernel device times, the host time of
+one call, and one synchronised replay of a CUDA graph of it, for rl_kernel's token_logprobs and a device
+copy at 1, 16 and 256 rows of 151936 (bf16).
 
     python bench/profile_decode.py [--vocab 151936] [--json out.json]
 """
@@ -44,6 +45,28 @@ def kernels_us(fn, reps: int = 50) -> dict[str, float]:
     return out
 
 
+def graph_us(fn, reps: int = 200) -> float:
+    """Median wall time of one replay of a CUDA graph of fn, synchronised (how a rollout engine that captures
+    its decode step in a graph pays for it: no launch path on the host)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        g.replay()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=151936)
@@ -66,9 +89,14 @@ def main() -> int:
             for _ in range(5):
                 fn()
             r = {"rows": rows, "contender": name, "host_us": host_us(fn), "kernels_us": kernels_us(fn)}
+            r["graph_replay_synced_us"] = graph_us(fn)
             results.append(r)
             ks = ", ".join(f"{k} {v:.1f}" for k, v in r["kernels_us"].items())
-            print(f"{rows:4} {name:20} host {r['host_us']:6.1f} us  device: {ks}", flush=True)
+            print(
+                f"{rows:4} {name:20} host {r['host_us']:6.1f} us  graph replay (synced) "
+                f"{r['graph_replay_synced_us']:6.1f} us  device: {ks}",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}, f)

@@ -100,27 +100,33 @@ AMD_RULES_NO_FMA = {k: v for k, v in AMD_RULES.items() if k != "contracted FMA"}
 
 # The contract's own fused multiply-adds (numerics.h fma_rn) are inline assembly, which PTX brackets with
 # "// begin inline asm" ... "// end inline asm" and AMD assembly with ";;#ASMSTART" ... ";;#ASMEND": they are
-# counted and taken out before the FMA rule, so any FMA left is a compiler's contraction. SASS and a shipped
-# library's code objects carry no such marks: there each kernel must hold exactly as many FMAs as its source
-# writes (the count of the same compile's PTX, or of a reference compile), and a contraction adds more.
+# taken out before the FMA rule, so any FMA left is a compiler's contraction (the proof for a compile; ptxas
+# never fuses the .rn operations PTX then holds). SASS and a shipped library's code objects carry no such
+# marks, and ptxas may duplicate code (so SASS holds more FMAs than PTX writes): a shipped library's kernels
+# must hold exactly as many FMA instructions as the same kernels compiled with the contract's flags (a
+# reference compile of the check unit for that target), and a contracting build holds more.
 PTX_EXPLICIT_FMA = re.compile(r"//\s*begin inline asm\s*\n\s*fma\.rn\.f32\b[^;\n]*;\s*\n\s*//\s*end inline asm")
 AMD_EXPLICIT_FMA = re.compile(r";;#ASMSTART\s*\n\s*v_fma_f32\b[^\n]*\n\s*;;#ASMEND")
 
 
-def explicit_fmas(bodies: dict[str, str], pat: re.Pattern) -> tuple[dict[str, str], dict[str, int]]:
-    """(bodies without the contract's inline-asm FMAs, {kernel: how many there were})."""
-    return {k: pat.sub("", v) for k, v in bodies.items()}, {k: len(pat.findall(v)) for k, v in bodies.items()}
+def explicit_fmas(bodies: dict[str, str], pat: re.Pattern) -> dict[str, str]:
+    """The bodies without the contract's inline-asm FMAs."""
+    return {k: pat.sub("", v) for k, v in bodies.items()}
 
 
-def fma_count_violations(bodies: dict[str, str], pat: re.Pattern, written: dict[str, int]) -> list[str]:
-    """Kernels whose FMA instructions are not exactly the ones the source writes."""
+def fma_counts(bodies: dict[str, str], pat: re.Pattern) -> dict[str, int]:
+    return {k: len(pat.findall(v)) for k, v in bodies.items()}
+
+
+def fma_count_violations(bodies: dict[str, str], pat: re.Pattern, reference: dict[str, int]) -> list[str]:
+    """Kernels whose FMA instructions are not exactly as many as the contract's compile of them holds."""
     found = []
-    for name, body in bodies.items():
-        n, want = len(pat.findall(body)), written.get(name)
+    for name, n in fma_counts(bodies, pat).items():
+        want = reference.get(name)
         if want is None:
-            found.append(f"{name}: contracted FMA: {n} FMA instructions, and no count of the ones written")
+            found.append(f"{name}: contracted FMA: {n} FMA instructions, and no reference compile of this kernel")
         elif n != want:
-            found.append(f"{name}: contracted FMA: {n} FMA instructions, {want} written (fma_rn)")
+            found.append(f"{name}: contracted FMA: {n} FMA instructions, {want} in the contract's compile (fma_rn)")
     return found
 
 
@@ -193,7 +199,8 @@ def find_clang() -> str | None:
 def kernel_bodies_amd(asm: str) -> dict[str, str]:
     """Split AMDGPU assembly into {kernel symbol: body} using the function labels."""
     bodies: dict[str, str] = {}
-    for m in re.finditer(r"^(_Z\w+):[^\n]*$(.*?)^\s*s_endpgm", asm, re.M | re.S):
+    # A body runs to the function's end label (a kernel may hold several s_endpgm: an early return).
+    for m in re.finditer(r"^(_Z\w+):[^\n]*$(.*?)^\.Lfunc_end\d+:", asm, re.M | re.S):
         bodies[m.group(1)] = m.group(2)
     return bodies
 
@@ -234,7 +241,7 @@ def check_hip(
     proc = run(cmd)
     if proc.returncode != 0:
         return TargetResult(target, clang, False, error=proc.stderr.strip()[-2000:])
-    bodies, _ = explicit_fmas(kernel_bodies_amd(out.read_text()), AMD_EXPLICIT_FMA)
+    bodies = explicit_fmas(kernel_bodies_amd(out.read_text()), AMD_EXPLICIT_FMA)
     wave = "64" if "-mwavefrontsize64" in arch_flags or not target.startswith("gfx1") else "32"
     asm = out.read_text()
     violations = scan(bodies, AMD_RULES)
@@ -260,7 +267,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     proc = run(cmd)
     if proc.returncode != 0:
         return [TargetResult(target, "nvcc", False, error=proc.stderr.strip()[-2000:])]
-    bodies, written = explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)
+    bodies = explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)
     violations = scan(bodies, PTX_RULES)
     results = [TargetResult(f"{target}-ptx", "nvcc", bool(bodies) and not violations, len(bodies), violations)]
     if shutil.which("cuobjdump"):
@@ -268,7 +275,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
         proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(source), "-o", str(cubin)])
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = sass_bodies(sass)
-        sv = scan_sass(sbodies, written)
+        sv = scan_sass(sbodies)
         results.append(
             TargetResult(
                 f"{target}-sass",
@@ -287,25 +294,28 @@ def sass_bodies(sass: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
 
 
-def scan_sass(bodies: dict[str, str], written: dict[str, int]) -> list[str]:
-    """The SASS rules, the FMA count against `written` (explicit FMAs per kernel) and the calls."""
-    found = scan(bodies, SASS_RULES) + fma_count_violations(bodies, SASS_FMA, written)
+def scan_sass(bodies: dict[str, str], reference: dict[str, int] | None = None) -> list[str]:
+    """The SASS rules and the calls; with a reference ({kernel: FMA instructions of the contract's compile},
+    for a shipped library), the FMA count too. (A compile's own SASS needs none: its PTX is the proof.)"""
+    found = scan(bodies, SASS_RULES)
+    if reference is not None:
+        found += fma_count_violations(bodies, SASS_FMA, reference)
     return found + [f"{name}: call: {c}" for name, body in bodies.items() for c in sass_calls(body)[:3]]
 
 
-def written_fmas_cuda(arch: str, tmp: Path) -> dict[str, int] | str:
-    """{kernel: explicit FMAs} of the exact kernels compiled for arch with the contract's flags (the
-    reference a shipped library's SASS is held to), or the compile error."""
-    ptx = tmp / f"reference-{arch}.ptx"
+def reference_fmas_cuda(arch: str, tmp: Path) -> dict[str, int] | str:
+    """{kernel: FMA instructions} of the exact kernels compiled for arch with the contract's flags (SASS), the
+    reference a shipped library's SASS is held to; or the compile error."""
+    cubin = tmp / f"reference-{arch}.cubin"
     flags = [f for f in build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
-    proc = run(["nvcc", f"-arch={arch}", *flags, "--fmad=false", "-ptx", str(write_unit(tmp)), "-o", str(ptx)])
+    proc = run(["nvcc", f"-arch={arch}", *flags, "--fmad=false", "-cubin", str(write_unit(tmp)), "-o", str(cubin)])
     if proc.returncode != 0:
         return proc.stderr.strip()[-1500:] or "nvcc failed"
-    return explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)[1]
+    return fma_counts(sass_bodies(run(["cuobjdump", "-sass", str(cubin)]).stdout), SASS_FMA)
 
 
-def written_fmas_hip(mcpu: str, tmp: Path) -> dict[str, int] | str:
-    """The same for an AMD target (clang -S), or the error."""
+def reference_fmas_hip(mcpu: str, tmp: Path) -> dict[str, int] | str:
+    """The same for an AMD target (clang -S: every FMA instruction, the inline-asm ones included), or the error."""
     clang = find_clang()
     if clang is None:
         return "clang++-19 is needed to count the FMAs the source writes"
@@ -314,7 +324,7 @@ def written_fmas_hip(mcpu: str, tmp: Path) -> dict[str, int] | str:
     proc = run([*cmd, "-S", *build_flags.HIP_FLAGS, str(write_unit(tmp)), "-o", str(asm)])
     if proc.returncode != 0:
         return proc.stderr.strip()[-1500:] or "clang failed"
-    return explicit_fmas(kernel_bodies_amd(asm.read_text()), AMD_EXPLICIT_FMA)[1]
+    return fma_counts(kernel_bodies_amd(asm.read_text()), AMD_FMA)
 
 
 # ---- --built: the device code a built library ships ------------------------------------------
@@ -411,11 +421,11 @@ def check_built_hip(path: Path, tmp: Path) -> list[TargetResult]:
             results.append(TargetResult(f"built-{arch}", objdump, False, error=dis.stderr.strip()[-1500:]))
             continue
         bodies = {k: v for k, v in objdump_bodies(dis.stdout).items() if k.startswith("_Z")}
-        written = written_fmas_hip(mcpu, tmp)
-        if isinstance(written, str):
-            results.append(TargetResult(f"built-{arch}", objdump, False, error=written))
+        reference = reference_fmas_hip(mcpu, tmp)
+        if isinstance(reference, str):
+            results.append(TargetResult(f"built-{arch}", objdump, False, error=reference))
             continue
-        violations = scan(bodies, AMD_RULES_NO_FMA) + fma_count_violations(bodies, AMD_FMA, written)
+        violations = scan(bodies, AMD_RULES_NO_FMA) + fma_count_violations(bodies, AMD_FMA, reference)
         ok = bool(bodies) and not violations
         results.append(
             TargetResult(f"built-{arch}", objdump, ok, len(bodies), violations, "" if bodies else "no kernels")
@@ -444,11 +454,11 @@ def check_built_cuda(path: Path, tmp: Path) -> list[TargetResult]:
         bodies = sass_bodies(text)
         if not bodies:
             continue
-        written = written_fmas_cuda(arch, tmp) if shutil.which("nvcc") else "nvcc is needed to count written FMAs"
-        if isinstance(written, str):
-            results.append(TargetResult(f"built-{arch}", "cuobjdump", False, error=written))
+        reference = reference_fmas_cuda(arch, tmp) if shutil.which("nvcc") else "nvcc is needed for the FMA count"
+        if isinstance(reference, str):
+            results.append(TargetResult(f"built-{arch}", "cuobjdump", False, error=reference))
             continue
-        violations = scan_sass(bodies, written)
+        violations = scan_sass(bodies, reference)
         results.append(TargetResult(f"built-{arch}", "cuobjdump", not violations, len(bodies), violations))
     return results
 

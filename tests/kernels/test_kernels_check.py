@@ -85,23 +85,33 @@ def test_scanners_flag_what_they_should() -> None:
 
 
 def test_explicit_fmas_are_told_from_contracted_ones() -> None:
-    """The contract's fma_rn is inline assembly: counted and taken out of PTX / AMD assembly before the FMA
-    rule; a bare fma there is a contraction. In SASS (no marks) the count must equal the written one."""
+    """The contract's fma_rn is inline assembly: taken out of PTX / AMD assembly before the FMA rule, so a bare
+    fma there is a contraction. In SASS (no marks) a shipped kernel's count must equal the reference's."""
     ptx = "// begin inline asm\nfma.rn.f32 %f1, %f2, %f3, %f4;\n// end inline asm\nmul.rn.f32 %f5, %f1, %f1;\n"
-    stripped, written = kernels_check.explicit_fmas(
-        {"k": ptx, "c": ptx + "fma.rn.f32 %f6, %f5, %f5, %f1;\n"}, kernels_check.PTX_EXPLICIT_FMA
-    )
-    assert written == {"k": 1, "c": 1}
+    bodies = {"k": ptx, "c": ptx + "fma.rn.f32 %f6, %f5, %f5, %f1;\n"}
+    stripped = kernels_check.explicit_fmas(bodies, kernels_check.PTX_EXPLICIT_FMA)
     assert kernels_check.scan({"k": stripped["k"]}, kernels_check.PTX_RULES) == []
     assert any("contracted FMA" in f for f in kernels_check.scan({"c": stripped["c"]}, kernels_check.PTX_RULES))
     amd = ";;#ASMSTART\nv_fma_f32 v1, v2, v3, v4\n;;#ASMEND\nv_fmac_f32_e32 v5, v1, v1\n"
-    stripped, written = kernels_check.explicit_fmas({"k": amd}, kernels_check.AMD_EXPLICIT_FMA)
-    assert written == {"k": 1} and "v_fma_f32" not in stripped["k"] and "v_fmac_f32" in stripped["k"]
+    stripped = kernels_check.explicit_fmas({"k": amd}, kernels_check.AMD_EXPLICIT_FMA)
+    assert "v_fma_f32" not in stripped["k"] and "v_fmac_f32" in stripped["k"]
+    assert kernels_check.fma_counts({"k": amd}, kernels_check.AMD_FMA) == {"k": 2}
     sass = "FFMA R1, R2, R3, 0.5 ;\nFADD R4, R1, R1 ;\n"
     assert kernels_check.fma_count_violations({"k": sass}, kernels_check.SASS_FMA, {"k": 1}) == []
     more = kernels_check.fma_count_violations({"k": sass + "FFMA R5, R4, R4, R1 ;\n"}, kernels_check.SASS_FMA, {"k": 1})
-    assert more and "2 FMA instructions, 1 written" in more[0]
-    assert kernels_check.fma_count_violations({"x": sass}, kernels_check.SASS_FMA, {})  # no count: flagged
+    assert more and "2 FMA instructions, 1 in the contract's compile" in more[0]
+    assert kernels_check.fma_count_violations({"x": sass}, kernels_check.SASS_FMA, {})  # no reference: flagged
+
+
+def test_amd_bodies_run_to_the_function_end_past_an_early_return() -> None:
+    """A kernel with an early return holds two s_endpgm: what follows the first is scanned too."""
+    asm = (
+        "_Z1kv: ; @_Z1kv\n  s_cbranch_scc1 .LBB0_2\n  s_endpgm\n.LBB0_2:\n  v_fmac_f32_e32 v1, v2, v3\n"
+        "  s_endpgm\n.Lfunc_end0:\n  .size _Z1kv, .Lfunc_end0-_Z1kv\n"
+    )
+    bodies = kernels_check.kernel_bodies_amd(asm)
+    assert list(bodies) == ["_Z1kv"] and "v_fmac_f32" in bodies["_Z1kv"]
+    assert kernels_check.scan(bodies, kernels_check.AMD_RULES)
 
 
 # sm_80 SASS as ptxas writes it: a structured branch (0x0010 -> 0x0030, over the BRA), then the two warp

@@ -423,15 +423,15 @@ template <class P, class Leaf>
 __device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, P empty) {
   using D = typename Leaf::Elem;
   constexpr int LC = Tile<D>::lane_chunks;
+  constexpr int W = Tile<D>::words;
   uint4* my = warp_stage();
-  const bool staged = c0 + Tile<D>::chunks <= n && aligned16<D>(leaf.row);
-  if (staged) {
+  const int64_t base = c0 + int64_t(lane_id()) * LC;
+  const bool aligned = aligned16<D>(leaf.row);
+  const int64_t whole = leaf.V / RL_CHUNK < n ? leaf.V / RL_CHUNK : n;  // chunks with no element past the row
+  Counter8<P> cnt;
+  if (aligned && c0 + Tile<D>::chunks <= whole) {  // every chunk of the tile: unrolled, the counter's joins fixed
     stage_tile(my, leaf.row + c0 * RL_CHUNK);
     RL_WARP_SYNC();
-  }
-  const int64_t base = c0 + int64_t(lane_id()) * LC;
-  Counter8<P> cnt;
-  if (staged) {  // every chunk of the tile is in the row: unrolled, the counter's joins fixed
     RL_UNROLL(unroll)
     for (int i = 0; i < LC; ++i) {
       float x[RL_CHUNK];
@@ -439,14 +439,30 @@ __device__ __forceinline__ P warp_tile(const Leaf& leaf, int64_t c0, int64_t n, 
       cnt.push(i, leaf.from_x(x));
     }
     RL_WARP_SYNC();  // the next tile overwrites the stage
-  } else {
-#pragma unroll 1
-    for (int i = 0; i < LC; ++i) {
-      float x[RL_CHUNK];
-      direct_chunk<D>(leaf.row, leaf.V, base + i, Leaf::pad(), x);
-      cnt.push(i, (base + i < n) ? leaf.from_x(x) : empty);
-    }
+    return warp_join(cnt.result(LC, empty));
   }
+  // A tile that ends early (a node's or the row's end): its whole chunks staged as far as they go, the row's
+  // partial last chunk element by element (padded), chunks at or past n empty.
+  const int64_t staged = aligned && whole > c0 ? whole - c0 : 0;  // chunks of this tile that are staged
+  if (staged > 0) {
+    const uint4* src = reinterpret_cast<const uint4*>(leaf.row + c0 * RL_CHUNK);
+    for (int k = lane_id(); k < staged * W && k < RL_TILE_WORDS; k += RL_WARP) my[k + k / 8] = src[k];
+    RL_WARP_SYNC();
+  }
+#pragma unroll 1
+  for (int i = 0; i < LC; ++i) {
+    P v = empty;
+    if (base + i < n) {
+      float x[RL_CHUNK];
+      if (base + i - c0 < staged)
+        staged_chunk<D>(my, lane_id() * LC + i, x);
+      else
+        direct_chunk<D>(leaf.row, leaf.V, base + i, Leaf::pad(), x);
+      v = leaf.from_x(x);
+    }
+    cnt.push(i, v);
+  }
+  if (staged > 0) RL_WARP_SYNC();
   return warp_join(cnt.result(LC, empty));
 }
 
@@ -515,7 +531,7 @@ __device__ __forceinline__ P block_tree(const Leaf& leaf, int64_t n, P empty, P*
 
 // The canonical decomposition of a rank's slice, chunks [c0, c0 + n) of the row (their maximal aligned
 // nodes, left to right), by one block, into out[0..): the range is cut into items, maximal aligned nodes
-// of at most level RL_WARP_NODE_LEVEL, which the warps take round robin; thread 0 pushes their values in
+// of at most one warp tile, which the warps take round robin; thread 0 pushes their values in
 // order into a TreeStack, which joins siblings as they come, so that it ends holding exactly the slice's
 // maximal nodes. (Work is balanced whatever the slice's nodes are: a slice of 9496 chunks has nodes of
 // levels 13, 10, 8, 4 and 3, each of which one warp would otherwise walk alone.) leaf's row starts at
@@ -533,7 +549,7 @@ __device__ __forceinline__ int block_slice_nodes(const Leaf& leaf, int64_t c0, i
     if (RL_TID == 0) {
       int k = 0;
       for (; k < RL_ROW_GROUP && c < end; ++k) {
-        item_lv[k] = item_level(c, end, RL_WARP_NODE_LEVEL);
+        item_lv[k] = item_level(c, end, Tile<typename Leaf::Elem>::level);
         item_first[k] = c - c0;
         c += int64_t(1) << item_lv[k];
       }
@@ -843,6 +859,68 @@ __global__ void join_sum_kernel(int64_t rows, const float* part, NodeList nl, co
   if (r >= rows) return;
   const float h = join_sum_nodes(part + r * nl.n, nl);
   out[r] = (stats[3 * r + 1] >= 1.0f) ? h : canonical_nan();
+}
+
+
+// ---- a row's equal parts joined by one warp per row (a row cut for few rows: the parts are nodes
+// (L, 0), (L, 1), ... of one level) -------------------------------------------------------------------
+// 256 parts at a time as one node of level L + 8 (8 per lane, then the shuffles: block_tree's join), those
+// through a TreeStack; every lane returns the root. (One thread per row walked ~75 parts of a decode row
+// through its stack in 20 us; a warp takes about 2.)
+template <class P, class Get>
+__device__ __forceinline__ P warp_join_parts(const Get& get, int64_t n, int L, P empty) {
+  TreeStack<P, 40> st;
+#pragma unroll 1
+  for (int64_t g0 = 0; g0 < n; g0 += RL_ROW_GROUP) {
+    P g[RL_LANE_CHUNKS];
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_LANE_CHUNKS; ++j) {
+      const int64_t k = g0 + int64_t(lane_id()) * RL_LANE_CHUNKS + j;
+      g[j] = k < n ? get(k) : empty;
+    }
+    st.push(L + RL_WARP_TILE_LEVEL, g0 >> RL_WARP_TILE_LEVEL, warp_join(lane_join(g)));
+  }
+  return st.fold();
+}
+
+__device__ __forceinline__ int64_t row_of_warp() { return RL_ROW * RL_WARPS + warp_id(); }
+
+__device__ __forceinline__ RowStats join_parts_stats(int64_t r, const float* part, int64_t n, int L, float* stats) {
+  const float* p = part + 2 * r * n;
+  const RowStats st = finish(warp_join_parts([&](int64_t k) { return Acc{p[2 * k], p[2 * k + 1]}; }, n, L,
+                                             acc_empty()));
+  if (stats != nullptr && lane_id() == 0) {
+    stats[3 * r] = st.m;
+    stats[3 * r + 1] = st.s;
+    stats[3 * r + 2] = st.log_s;
+  }
+  return st;
+}
+
+__global__ void __launch_bounds__(RL_BLOCK)
+    join_parts_stats_kernel(int64_t rows, const float* part, int64_t n, int L, float* stats) {
+  const int64_t r = row_of_warp();
+  if (r < rows) join_parts_stats(r, part, n, L, stats);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK)
+    join_parts_token_kernel(int64_t rows, const float* part, int64_t n, int L, const typename D::storage* x,
+                            int64_t row_stride, int64_t V, const int64_t* tokens, int64_t ignore_index, float* out,
+                            float* stats) {
+  const int64_t r = row_of_warp();
+  if (r >= rows) return;
+  const RowStats st = join_parts_stats(r, part, n, L, stats);
+  if (lane_id() == 0) out[r] = token_logprob<D>(x + r * row_stride, V, tokens[r], ignore_index, st);
+}
+
+__global__ void __launch_bounds__(RL_BLOCK)
+    join_parts_sum_kernel(int64_t rows, const float* part, int64_t n, int L, const float* stats, float* out) {
+  const int64_t r = row_of_warp();
+  if (r >= rows) return;
+  const float* p = part + r * n;
+  const float h = warp_join_parts([&](int64_t k) { return p[k]; }, n, L, sum_empty());
+  if (lane_id() == 0) out[r] = (stats[3 * r + 1] >= 1.0f) ? h : canonical_nan();
 }
 
 #endif  // RL_GPU_COMPILE

@@ -70,6 +70,18 @@ void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// One warp per row (a row's equal parts joined).
+template <class Kernel, class... Args>
+void launch_per_warp(Kernel kernel, int64_t rows, Args... args) {
+  if (rows == 0) return;
+#if defined(RL_MUTATIONS)
+  sync_mutation();
+#endif
+  const unsigned blocks = static_cast<unsigned>((rows + RL_WARPS - 1) / RL_WARPS);
+  kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(rows, args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 // Blocks of RL_WARPS warps that hold one warp per node.
 int64_t warp_groups(int64_t nodes) { return (nodes + RL_WARPS - 1) / RL_WARPS; }
 
@@ -174,6 +186,9 @@ struct GpuExec {
   template <class D>
   static void join_token(const float* part, const HostNodes& nodes, const typename D::storage* x, const Rows& r,
                          const int64_t* tok, int64_t ignore, float* out, float* stats) {
+    if (nodes.levels.empty())
+      return launch_per_warp(join_parts_token_kernel<D>, r.n, part, nodes.n, nodes.uniform_level, x, r.stride, r.v,
+                             tok, ignore, out, stats);
     const DeviceNodes dn(nodes);
     launch_per_row(join_token_kernel<D>, r.n, part, dn.list, x, r.stride, r.v, tok, ignore, out, stats);
   }
@@ -192,11 +207,15 @@ struct GpuExec {
   }
 
   static void join_stats(const float* part, int64_t rows, const HostNodes& nodes, float* stats) {
+    if (nodes.levels.empty())
+      return launch_per_warp(join_parts_stats_kernel, rows, part, nodes.n, nodes.uniform_level, stats);
     const DeviceNodes dn(nodes);
     launch_per_row(join_stats_kernel, rows, part, dn.list, stats);
   }
 
   static void join_sum(const float* part, int64_t rows, const HostNodes& nodes, const float* stats, float* out) {
+    if (nodes.levels.empty())
+      return launch_per_warp(join_parts_sum_kernel, rows, part, nodes.n, nodes.uniform_level, stats, out);
     const DeviceNodes dn(nodes);
     launch_per_row(join_sum_kernel, rows, part, dn.list, stats, out);
   }
