@@ -182,7 +182,7 @@ def test_the_headline_says_the_harness_starts_from_logits() -> None:
         assert "The harness today starts from logits" in flat and "model workload" in flat
 
 
-RECORD = "## 2026-12-01 (second session) — contract v2"  # the record README's figures quote
+RECORD = "## 2026-12-01 (third session) — contract v3"  # the record README's figures quote
 
 
 def _record_section() -> str:
