@@ -58,28 +58,27 @@ at::Tensor device_ints(at::IntArrayRef v, const at::Device& dev) {
   return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(dev);
 }
 
-// One thread per row.
+// One thread (rows_per_block = RL_BLOCK) or one warp (RL_WARPS) per row; the kernel gets the row count.
 template <class Kernel, class... Args>
-void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
+void launch_rows(Kernel kernel, int64_t rows, int64_t rows_per_block, Args... args) {
   if (rows == 0) return;
 #if defined(RL_MUTATIONS)
   sync_mutation();
 #endif
-  const unsigned blocks = static_cast<unsigned>((rows + RL_BLOCK - 1) / RL_BLOCK);
+  const unsigned blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
   kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(rows, args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class Kernel, class... Args>
+void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
+  launch_rows(kernel, rows, RL_BLOCK, args...);
 }
 
 // One warp per row (a row's equal parts joined).
 template <class Kernel, class... Args>
 void launch_per_warp(Kernel kernel, int64_t rows, Args... args) {
-  if (rows == 0) return;
-#if defined(RL_MUTATIONS)
-  sync_mutation();
-#endif
-  const unsigned blocks = static_cast<unsigned>((rows + RL_WARPS - 1) / RL_WARPS);
-  kernel<<<dim3(blocks), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(rows, args...);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  launch_rows(kernel, rows, RL_WARPS, args...);
 }
 
 // Blocks of RL_WARPS warps that hold one warp per node.
