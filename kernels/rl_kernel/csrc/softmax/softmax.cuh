@@ -843,17 +843,6 @@ __global__ void join_stats_kernel(int64_t rows, const float* part, NodeList nl, 
   if (r < rows) join_row_stats(r, part, nl, stats);
 }
 
-// The join, then the token's log-prob (a row cut into parts, token_logprobs).
-template <class D>
-__global__ void join_token_kernel(int64_t rows, const float* part, NodeList nl, const typename D::storage* x,
-                                  int64_t row_stride, int64_t V, const int64_t* tokens, int64_t ignore_index,
-                                  float* out, float* stats) {
-  const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
-  if (r >= rows) return;
-  const RowStats st = join_row_stats(r, part, nl, stats);
-  out[r] = token_logprob<D>(x + r * row_stride, V, tokens[r], ignore_index, st);
-}
-
 __global__ void join_sum_kernel(int64_t rows, const float* part, NodeList nl, const float* stats, float* out) {
   const int64_t r = RL_ROW * RL_BLOCK + RL_TID;
   if (r >= rows) return;

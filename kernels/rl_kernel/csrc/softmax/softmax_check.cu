@@ -34,8 +34,6 @@ namespace rl {
                                                    int64_t, const float*, float*);                              \
   template __global__ void join_parts_token_kernel<D>(int64_t, const float*, int64_t, int, const D::storage*,     \
                                                       int64_t, int64_t, const int64_t*, int64_t, float*, float*);  \
-  template __global__ void join_token_kernel<D>(int64_t, const float*, NodeList, const D::storage*, int64_t,     \
-                                                int64_t, const int64_t*, int64_t, float*, float*);              \
   template __global__ void token_logprobs_backward_slice_kernel<D>(int64_t, const float*, const D::storage*,     \
                                                                    int64_t, int64_t, int64_t, const int64_t*,    \
                                                                    const float*, int64_t, D::storage*);          \

@@ -182,14 +182,13 @@ struct GpuExec {
     launch_nodes(node_entropy_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, stats, out);
   }
 
+  // Only ever the equal parts of a row cut for few rows (token_logprobs_op): one warp per row joins them.
   template <class D>
   static void join_token(const float* part, const HostNodes& nodes, const typename D::storage* x, const Rows& r,
                          const int64_t* tok, int64_t ignore, float* out, float* stats) {
-    if (nodes.levels.empty())
-      return launch_per_warp(join_parts_token_kernel<D>, r.n, part, nodes.n, nodes.uniform_level, x, r.stride, r.v,
-                             tok, ignore, out, stats);
-    const DeviceNodes dn(nodes);
-    launch_per_row(join_token_kernel<D>, r.n, part, dn.list, x, r.stride, r.v, tok, ignore, out, stats);
+    TORCH_CHECK(nodes.levels.empty(), "rl_kernel: join_token takes a row's equal parts (one level)");
+    launch_per_warp(join_parts_token_kernel<D>, r.n, part, nodes.n, nodes.uniform_level, x, r.stride, r.v, tok,
+                    ignore, out, stats);
   }
 
   template <class D>
