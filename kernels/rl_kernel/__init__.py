@@ -8,6 +8,9 @@ arithmetic are fixed by docs/numerics.md. This is the `exact` tier.
     lsm  = rl_kernel.log_softmax(logits)                  # [..., V], fp32
     ent  = rl_kernel.entropy(logits)                      # [...], fp32
 
+and the layers of a decoder in the same tier (rl_kernel.ops.decoder): linear, rms_norm, rope_table,
+rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode).
+
 This module only re-exports: the operators live in rl_kernel.ops.<family>.
 """
 
@@ -15,6 +18,16 @@ from __future__ import annotations
 
 from rl_kernel import bitwise, ops, reference
 from rl_kernel._library import has_gpu_kernels
+from rl_kernel.ops.decoder import (
+    attention,
+    linear,
+    positions_from_mask,
+    rms_norm,
+    rope_inv_freq,
+    rope_table,
+    rotary,
+    silu_mul,
+)
 from rl_kernel.ops.softmax import (
     BitwiseLogSoftmax,
     entropy,
@@ -27,14 +40,22 @@ from rl_kernel.ops.softmax import (
 __all__ = [
     "TIER",
     "BitwiseLogSoftmax",
+    "attention",
     "bitwise",
     "entropy",
     "has_gpu_kernels",
+    "linear",
     "log_softmax",
     "log_softmax_backward",
     "ops",
+    "positions_from_mask",
     "reference",
+    "rms_norm",
+    "rope_inv_freq",
+    "rope_table",
+    "rotary",
     "row_stats",
+    "silu_mul",
     "token_logprobs",
 ]
 

@@ -14,18 +14,21 @@ import torch
 
 @dataclass(frozen=True)
 class Case:
-    """The inputs of one case: logits, their tokens, and the upstream gradients a backward takes."""
+    """The inputs of one case: logits (or the operator's differentiated input), their tokens, the upstream
+    gradients a backward takes, and any other inputs (params)."""
 
     logits: torch.Tensor
     tokens: torch.Tensor
     row_grad: torch.Tensor | None = None  # one value per row: for outputs of shape [...]
     elem_grad: torch.Tensor | None = None  # one value per element: for outputs of shape [..., V]
     ignore_index: int = -100
+    params: tuple[torch.Tensor, ...] = ()  # an operator's other inputs (weights, caches), in its order
 
     def to(self, device: str | torch.device) -> Case:
         """The same case on device (the bits do not change: inputs are made on the CPU)."""
         move = {k: getattr(self, k) for k in ("logits", "tokens", "row_grad", "elem_grad")}
-        return replace(self, **{k: v.to(device) for k, v in move.items() if v is not None})
+        moved = replace(self, **{k: v.to(device) for k, v in move.items() if v is not None})
+        return replace(moved, params=tuple(p.to(device) for p in self.params))
 
 
 Forward = Callable[[torch.Tensor, Case], torch.Tensor]
@@ -52,6 +55,8 @@ class OpSpec:
     in_golden: bool = True
     # More golden inputs, each (suffix, case): digests keyed "<name>@<suffix>/V.../dtype" (and grad_...).
     golden_extra: tuple[tuple[str, GoldenCase], ...] = ()
+    # The sizes selfcheck runs this operator at (its case's feature size); None: the run's vocabularies.
+    sizes: tuple[int, ...] | None = None
 
     def golden_cases(self) -> tuple[tuple[str, GoldenCase], ...]:
         """(name, case) of every golden input set: (name, golden_case), then ("name@suffix", case)."""

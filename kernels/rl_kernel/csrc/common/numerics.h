@@ -302,4 +302,93 @@ RL_HD float log_pos(float s) {
   return ef * RL_LN2_HI + (ef * RL_LN2_LO + l);
 }
 
+// ---- the decoder layers' scalar functions (docs/numerics.md section 11) ----------------------
+// An output value as stored: a NaN becomes the canonical NaN (vendors' arithmetic makes different
+// NaN payloads, and an fp32 store keeps them), then rounded to D (dtypes.h) by D::store.
+RL_HD float canonical(float x) { return x != x ? canonical_nan() : x; }
+
+// 1/x for a positive normal x below 2^126: a bit-trick seed (relative error < 1/8), then four
+// Newton steps e = 1 - x*r, r = r + r*e, each two fma_rn. Within 1 ulp; no division.
+RL_HD float rcp_pos(float x) {
+  float r = float_of(0x7ef311c3u - bits_of(x));
+  RL_UNROLL(unroll)
+  for (int i = 0; i < 4; ++i) {
+    const float e = fma_rn(-x, r, 1.0f);
+    r = fma_rn(r, e, r);
+  }
+  return r;
+}
+
+// 1/sqrt(v): for v normal a bit-trick seed and three Newton steps y = y + y*(1/2 - (v/2)*y*y) (each
+// one product and two fma_rn); a subnormal v is scaled by 2^64 first (exact) and the result by 2^32.
+// v = +0 gives +inf, +inf gives +0, a negative v or NaN the canonical NaN. No sqrt, no division.
+RL_HD float rsqrt_core(float v) {
+  const float h = 0.5f * v;
+  float y = float_of(0x5f375a86u - (bits_of(v) >> 1));
+  RL_UNROLL(unroll)
+  for (int i = 0; i < 3; ++i) {
+    const float e = fma_rn(-(h * y), y, 0.5f);
+    y = fma_rn(y, e, y);
+  }
+  return y;
+}
+
+RL_HD float rsqrt_pos(float v) {
+  if (!(v >= 0.0f)) return canonical_nan();
+  if (v == 0.0f) return float_of(0x7f800000u);
+  if (v > RL_FLT_MAX) return 0.0f;
+  if (v < RL_MIN_NORMAL) return rsqrt_core(v * 0x1p64f) * 0x1p32f;
+  return rsqrt_core(v);
+}
+
+// sin and cos of x, |x| < 2^22 (else both the canonical NaN): k = rint(x * 2/pi) (the magic constant),
+// r = x - k*pi/2 by three fma_rn with pi/2 = P1 + P2 + P3, the quadrant k mod 4 from t's low bits, and
+// Cephes' minimax polynomials on |r| <= pi/4 by fma_rn Horner steps. Accurate to a few ulp for
+// |x| < 2^12 and degrading slowly above (the reduction's error grows with k); the same bits everywhere.
+constexpr float RL_TRIG_MAX = 0x1p22f;
+constexpr float RL_TWO_OVER_PI = 0x1.45f306p-1f;
+constexpr float RL_PIO2_1 = 0x1.92p+0f;
+constexpr float RL_PIO2_2 = 0x1.fb4p-12f;
+constexpr float RL_PIO2_3 = 0x1.4442d2p-24f;
+constexpr float RL_S1 = -0x1.555546p-3f;
+constexpr float RL_S2 = 0x1.11073cp-7f;
+constexpr float RL_S3 = -0x1.9943f2p-13f;
+constexpr float RL_C1 = 0x1.55554ap-5f;
+constexpr float RL_C2 = -0x1.6c0c34p-10f;
+constexpr float RL_C3 = 0x1.99eb9cp-16f;
+
+struct SinCos {
+  float s, c;
+};
+
+RL_HD SinCos sin_cos(float x) {
+  if (!(abs_of(x) < RL_TRIG_MAX)) return SinCos{canonical_nan(), canonical_nan()};
+  const float t = x * RL_TWO_OVER_PI + RL_ROUND_MAGIC;
+  const float k = t - RL_ROUND_MAGIC;
+  const uint32_t q = bits_of(t) & 3u;  // k mod 4: bits(t) = bits(M) + k and bits(M) is a multiple of 4
+  float r = fma_rn(-k, RL_PIO2_1, x);
+  r = fma_rn(-k, RL_PIO2_2, r);
+  r = fma_rn(-k, RL_PIO2_3, r);
+  const float z = r * r;
+  float sp = fma_rn(RL_S3, z, RL_S2);
+  sp = fma_rn(sp, z, RL_S1);
+  const float sr = fma_rn(sp * z, r, r);
+  float cp = fma_rn(RL_C3, z, RL_C2);
+  cp = fma_rn(cp, z, RL_C1);
+  const float cr = fma_rn(cp * z, z, fma_rn(-0.5f, z, 1.0f));
+  if (q == 0u) return SinCos{sr, cr};
+  if (q == 1u) return SinCos{cr, -sr};
+  if (q == 2u) return SinCos{-sr, -cr};
+  return SinCos{-cr, sr};
+}
+
+// sigmoid(g) = 1/(1 + exp(-g)) with the contract's exp of a value <= 0: e = exp_flushed(-|g|) in
+// [0, 1], so 1 + e is in [1, 2] and rcp_pos applies; for g < 0 the result is e/(1 + e).
+RL_HD float sigmoid(float g) {
+  if (g != g) return canonical_nan();
+  const float e = exp_flushed(0.0f - abs_of(g));
+  const float r = rcp_pos(1.0f + e);
+  return g >= 0.0f ? r : e * r;
+}
+
 }  // namespace rl

@@ -7,6 +7,7 @@
 
 #include "../common/dtypes.h"
 #include "../common/reduce.h"
+#include "../common/gpu.h"
 
 namespace rl {
 
@@ -61,8 +62,6 @@ RL_HD float token_logprob(const typename D::storage* row, int64_t V, int64_t tok
   if (tok < 0 || tok >= V) return canonical_nan();
   return logprob(D::load(row, tok), st);
 }
-
-RL_HD float canonical(float x) { return (x != x) ? canonical_nan() : x; }
 
 // d log_softmax: g_j - p_j * sum(g), p_j = exp(out_j).
 RL_HD float log_softmax_grad(float g, float out, float gsum) {
@@ -236,28 +235,6 @@ constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a 
 #define RL_MIN_BLOCKS 4
 #endif
 
-// Thread and block index. On AMD the compiler builtins are used directly, so the
-// device code calls no device-library function (the static check demands none).
-#if defined(__HIP_DEVICE_COMPILE__)
-#define RL_TID (int(__builtin_amdgcn_workitem_id_x()))
-#define RL_ROW (int64_t(__builtin_amdgcn_workgroup_id_x()))
-#define RL_NODE (int64_t(__builtin_amdgcn_workgroup_id_y()))
-// A logical warp is half a wave64 or a wave32, whose lanes run in lockstep: a wavefront-scope fence.
-#define RL_WARP_SYNC() __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "wavefront")
-#define RL_SYNC()                                             \
-  do {                                                        \
-    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");    \
-    __builtin_amdgcn_s_barrier();                             \
-    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");    \
-  } while (0)
-#else
-#define RL_TID (int(threadIdx.x))
-#define RL_ROW (int64_t(blockIdx.x))
-#define RL_NODE (int64_t(blockIdx.y))
-#define RL_WARP_SYNC() __syncwarp()
-#define RL_SYNC() __syncthreads()
-#endif
-
 template <class D>
 __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
   return (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
@@ -275,7 +252,6 @@ __device__ __forceinline__ bool aligned16(const typename D::storage* row) {
 //     shuffles: an aligned node 8 levels higher); longer rows push those into a TreeStack.
 // Chunks at or past n are the empty node (the exact identity of join), so a node that holds the
 // row's end is the tree with its empty right part, as the contract says.
-constexpr int RL_WARP = 32;  // lanes of one shuffle group (a logical warp; two per wave64 on AMD)
 constexpr int RL_LANE_CHUNKS = 8;                        // node values per lane in a block's row join
 constexpr int RL_WARP_TILE = RL_WARP * RL_LANE_CHUNKS;   // node values joined at once (one level-8 group)
 constexpr int RL_WARP_TILE_LEVEL = 8;
@@ -286,18 +262,6 @@ constexpr int RL_WARPS = RL_BLOCK / RL_WARP;
 constexpr int RL_ROW_GROUP = RL_WARP_TILE;  // node values warp 0 joins at once
 static_assert(RL_WARP_TILE == (1 << RL_WARP_TILE_LEVEL) && RL_WARP_NODE_LEVEL >= RL_WARP_TILE_LEVEL, "shape");
 
-__device__ __forceinline__ int lane_id() { return RL_TID & (RL_WARP - 1); }
-__device__ __forceinline__ int warp_id() { return RL_TID / RL_WARP; }
-
-// The value of lane (lane ^ mask) of this logical warp.
-__device__ __forceinline__ float shfl_xor(float v, int mask) {
-#if defined(__HIP_DEVICE_COMPILE__)
-  const int lane = int(__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)));
-  return __int_as_float(__builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __float_as_int(v)));
-#else
-  return __shfl_xor_sync(0xffffffffu, v, mask);
-#endif
-}
 __device__ __forceinline__ Acc shfl_xor(Acc a, int mask) { return Acc{shfl_xor(a.m, mask), shfl_xor(a.s, mask)}; }
 
 // The tree over 32 lanes' values (lane l holding node l of one level): every lane gets the root.

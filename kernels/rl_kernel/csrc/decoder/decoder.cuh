@@ -1,0 +1,458 @@
+// The decoder family (docs/numerics.md section 11): linear, RMSNorm, rotary embedding, SiLU x up and
+// causal grouped-query attention, each as the contract's per-element or per-row function (used by the
+// CPU executor, decoder_cpu.cpp) and, beside it, the GPU kernel that computes the same function in the
+// same order (decoder_gpu.cu launches them). No ATen here: kernels-check compiles this file alone
+// (decoder_check.cu) for every GPU target.
+#pragma once
+
+#include "../common/dtypes.h"
+#include "../common/gpu.h"
+#include "../common/reduce.h"
+
+namespace rl {
+
+// ---- shared scalar rules ----------------------------------------------------------------------
+// An output element: canonical NaN, then rounded to D (round to nearest even).
+template <class D>
+RL_HD typename D::storage store_out(float x) {
+  return D::store(canonical(x));
+}
+
+// x rounded to D and widened back (exact): the value a D tensor would hold.
+template <class D>
+RL_HD float rounded(float x) {
+  const typename D::storage s = store_out<D>(x);
+  return D::load(&s, 0);
+}
+
+// +0.0 for a zero of either sign, x otherwise: terms of a padded tree sum may never be -0.0 (-0 + 0 = +0).
+RL_HD float no_neg_zero(float x) { return x + 0.0f; }
+
+// ---- linear: y[m, n] = sum_k x[m, k] * w[n, k] ------------------------------------------------
+// One fma_rn chain per output element, k = 0, 1, ..., K - 1 from +0.0 (every M, every tile shape:
+// the same chain), then + bias[n] (one rounding) when there is a bias.
+template <class D>
+inline float linear_dot(const typename D::storage* x, const typename D::storage* w, int64_t K) {
+  float acc = 0.0f;
+  for (int64_t k = 0; k < K; ++k) acc = fma_rn(D::load(x, k), D::load(w, k), acc);
+  return acc;
+}
+
+RL_HD float with_bias(float acc, const float* bias_or_null, float bias) {
+  return bias_or_null == nullptr ? acc : acc + bias;
+}
+
+// ---- RMSNorm: y = w * rounded(x * rsqrt(mean(x^2) + eps)) ------------------------------------
+// The sum of squares is a plain sum of the row's tree (section 2) over the terms x_i * x_i.
+RL_HD float rms_rstd(float sum_sq, float inv_n, float eps) { return rsqrt_pos(sum_sq * inv_n + eps); }
+
+template <class D>
+RL_HD typename D::storage rms_out(float x, float r, float w) {
+  return store_out<D>(rounded<D>(x * r) * w);
+}
+
+// Backward, for g_i = dy_i * w_i and dot = tree sum of no_neg_zero(g_i * x_i):
+// c = ((dot * inv_n) * r) * r) * r, dx_i = r * g_i - x_i * c.
+RL_HD float rms_grad_coef(float dot, float inv_n, float r) { return ((dot * inv_n) * r * r) * r; }
+RL_HD float rms_grad_x(float x, float g, float r, float c) { return r * g - x * c; }
+
+// ---- rotary embedding -------------------------------------------------------------------------
+// The table: angle = float(position) * inv_freq, then the contract's sin_cos.
+RL_HD SinCos rope_angle(int64_t pos, float inv_freq) { return sin_cos(float(pos) * inv_freq); }
+
+// Pairs (x1, x2) = (x_i, x_{i + D/2}) (Hugging Face's rotate_half): (x1*c - x2*s, x2*c + x1*s).
+struct Pair {
+  float a, b;
+};
+RL_HD Pair rotate(float x1, float x2, float c, float s) { return Pair{x1 * c - x2 * s, x2 * c + x1 * s}; }
+
+// ---- SiLU(gate) * up --------------------------------------------------------------------------
+RL_HD float silu(float g) { return g * sigmoid(g); }
+RL_HD float silu_mul(float g, float u) { return silu(g) * u; }
+
+// d/dgate = (dy * u) * (s + (g * s) * (1 - s)), d/dup = dy * (g * s), s = sigmoid(g).
+RL_HD Pair silu_mul_grad(float dy, float g, float u) {
+  const float s = sigmoid(g);
+  const float gs = g * s;
+  return Pair{(dy * u) * (s + gs * (1.0f - s)), dy * gs};
+}
+
+// ---- attention --------------------------------------------------------------------------------
+// A query row sees the keys j0 .. j1 (inclusive) of its sequence, in tiles of RL_ATTN_TILE keys
+// counted from j0. Per tile: s_u = dot(q, k_u) * scale (one fma_rn chain over d from +0.0);
+// mt = max(m, s_0, s_1, ...); alpha = exp_fold(m - mt); l = l * alpha; acc_d = acc_d * alpha; then for
+// u in order: p = exp_fold(s_u - mt); l = l + p; acc_d = fma_rn(p, v_u[d], acc_d). Start m = -FLT_MAX,
+// l = 0, acc = 0; the output is acc_d * rcp_pos(l), the canonical NaN when m is NaN or +inf, and +0.0
+// for a row that sees no key.
+constexpr int RL_ATTN_TILE = 32;
+constexpr int RL_ATTN_MAX_DIM = 256;  // head_dim limit of both executors (a GPU lane holds 8 accumulators)
+
+template <class D>
+RL_HD float attn_score(const typename D::storage* q, const typename D::storage* k, int64_t Dh, float scale) {
+  float acc = 0.0f;
+  for (int64_t d = 0; d < Dh; ++d) acc = fma_rn(D::load(q, d), D::load(k, d), acc);
+  return acc * scale;
+}
+
+RL_HD bool attn_bad(float m) { return !(m <= RL_FLT_MAX); }
+
+// The statistics a row leaves (for diagnostics and a backward): m with a zero's sign cleared, and l.
+RL_HD float attn_stat_m(float m) { return canonical(no_neg_zero(m)); }
+
+template <class D>
+inline void attention_row(const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
+                          int64_t Dh, int64_t j0, int64_t j1, float scale, typename D::storage* o, float* stats,
+                          float* acc) {
+  float m = -RL_FLT_MAX, l = 0.0f;
+  for (int64_t d = 0; d < Dh; ++d) acc[d] = 0.0f;
+  for (int64_t t0 = j0; t0 <= j1; t0 += RL_ATTN_TILE) {
+    const int n = int(j1 - t0 + 1 < RL_ATTN_TILE ? j1 - t0 + 1 : RL_ATTN_TILE);
+    float s[RL_ATTN_TILE];
+    float mt = m;
+    for (int u = 0; u < n; ++u) {
+      s[u] = attn_score<D>(q, k + (t0 + u) * Dh, Dh, scale);
+      mt = max_nan(mt, s[u]);
+    }
+    const float alpha = exp_fold(m - mt);
+    l = l * alpha;
+    for (int64_t d = 0; d < Dh; ++d) acc[d] = acc[d] * alpha;
+    for (int u = 0; u < n; ++u) {
+      const float p = exp_fold(s[u] - mt);
+      l = l + p;
+      const typename D::storage* vu = v + (t0 + u) * Dh;
+      for (int64_t d = 0; d < Dh; ++d) acc[d] = fma_rn(p, D::load(vu, d), acc[d]);
+    }
+    m = mt;
+  }
+  const bool empty = j1 < j0;
+  const float r = (empty || attn_bad(m)) ? 0.0f : rcp_pos(l);
+  for (int64_t d = 0; d < Dh; ++d)
+    o[d] = empty ? store_out<D>(0.0f) : store_out<D>(attn_bad(m) ? canonical_nan() : acc[d] * r);
+  stats[0] = attn_stat_m(m);
+  stats[1] = canonical(l);
+}
+
+// ============================ GPU kernels ====================================
+#if defined(RL_GPU_COMPILE)
+
+// ---- linear: a 128 x 128 output tile per block of 256 threads, 8 x 8 per thread ---------------
+// K is walked in steps of 8 through shared memory (double buffered); every thread's outputs take
+// their k terms in order 0 .. K-1, so the tile shape changes no bit.
+constexpr int RL_GEMM_BM = 128;
+constexpr int RL_GEMM_BN = 128;
+constexpr int RL_GEMM_BK = 8;
+constexpr int RL_GEMM_T = 8;  // outputs per thread along m and along n
+constexpr int RL_GEMM_THREADS = 256;
+constexpr int RL_GEMM_PAD = 4;
+
+template <class D>
+__device__ __forceinline__ void gemm_load(const typename D::storage* p, int64_t ld, int64_t rows, int64_t K,
+                                          int64_t r0, int64_t k0, float out[4]) {
+  const int tid = RL_TID;
+  const int64_t r = r0 + tid / 2, k = k0 + (tid % 2) * 4;
+  RL_UNROLL(unroll)
+  for (int i = 0; i < 4; ++i) out[i] = (r < rows && k + i < K) ? D::load(p, r * ld + k + i) : 0.0f;
+}
+
+__device__ __forceinline__ void gemm_stage(float (*s)[RL_GEMM_BM + RL_GEMM_PAD], const float v[4]) {
+  const int tid = RL_TID;
+  RL_UNROLL(unroll)
+  for (int i = 0; i < 4; ++i) s[(tid % 2) * 4 + i][tid / 2] = v[i];
+}
+
+__device__ __forceinline__ void gemm_steps(const float (*as)[RL_GEMM_BM + RL_GEMM_PAD],
+                                           const float (*bs)[RL_GEMM_BN + RL_GEMM_PAD], int tm, int tn,
+                                           float acc[RL_GEMM_T][RL_GEMM_T]) {
+  RL_UNROLL(unroll)
+  for (int kk = 0; kk < RL_GEMM_BK; ++kk) {
+    float a[RL_GEMM_T], b[RL_GEMM_T];
+    RL_UNROLL(unroll)
+    for (int i = 0; i < RL_GEMM_T; ++i) {
+      a[i] = as[kk][tm + i];
+      b[i] = bs[kk][tn + i];
+    }
+    RL_UNROLL(unroll)
+    for (int i = 0; i < RL_GEMM_T; ++i) {
+      RL_UNROLL(unroll)
+      for (int j = 0; j < RL_GEMM_T; ++j) acc[i][j] = fma_rn(a[i], b[j], acc[i][j]);
+    }
+  }
+}
+
+// The partial last step of K: the first `steps` (< 8) k of the tile, in order.
+__device__ __forceinline__ void gemm_tail(const float (*as)[RL_GEMM_BM + RL_GEMM_PAD],
+                                          const float (*bs)[RL_GEMM_BN + RL_GEMM_PAD], int steps, int tm, int tn,
+                                          float acc[RL_GEMM_T][RL_GEMM_T]) {
+  for (int kk = 0; kk < steps; ++kk) {
+    RL_UNROLL(unroll)
+    for (int i = 0; i < RL_GEMM_T; ++i) {
+      RL_UNROLL(unroll)
+      for (int j = 0; j < RL_GEMM_T; ++j) acc[i][j] = fma_rn(as[kk][tm + i], bs[kk][tn + j], acc[i][j]);
+    }
+  }
+}
+
+// y[M, N] = x[M, K] (row stride ldx) . w[N, K]^T (+ bias[N]); blockIdx.x tiles n, blockIdx.y tiles m.
+template <class D>
+__global__ void __launch_bounds__(RL_GEMM_THREADS) linear_kernel(int64_t M, int64_t N, int64_t K,
+                                                                  const typename D::storage* x, int64_t ldx,
+                                                                  const typename D::storage* w,
+                                                                  const typename D::storage* bias,
+                                                                  typename D::storage* y) {
+  __shared__ float as[2][RL_GEMM_BK][RL_GEMM_BM + RL_GEMM_PAD];
+  __shared__ float bs[2][RL_GEMM_BK][RL_GEMM_BN + RL_GEMM_PAD];
+  const int64_t n0 = RL_ROW * RL_GEMM_BN, m0 = RL_BLOCK_Y * RL_GEMM_BM;
+  const int tm = (RL_TID / 16) * RL_GEMM_T, tn = (RL_TID % 16) * RL_GEMM_T;
+  float acc[RL_GEMM_T][RL_GEMM_T];
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_GEMM_T; ++i) {
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_GEMM_T; ++j) acc[i][j] = 0.0f;
+  }
+  float ra[4], rb[4];
+  gemm_load<D>(x, ldx, M, K, m0, 0, ra);
+  gemm_load<D>(w, K, N, K, n0, 0, rb);
+  gemm_stage(as[0], ra);
+  gemm_stage(bs[0], rb);
+  RL_SYNC();
+  int buf = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += RL_GEMM_BK) {
+    const bool more = k0 + RL_GEMM_BK < K;
+    if (more) {
+      gemm_load<D>(x, ldx, M, K, m0, k0 + RL_GEMM_BK, ra);
+      gemm_load<D>(w, K, N, K, n0, k0 + RL_GEMM_BK, rb);
+    }
+    if (k0 + RL_GEMM_BK <= K)
+      gemm_steps(as[buf], bs[buf], tm, tn, acc);
+    else
+      gemm_tail(as[buf], bs[buf], int(K - k0), tm, tn, acc);
+    if (more) {
+      gemm_stage(as[buf ^ 1], ra);
+      gemm_stage(bs[buf ^ 1], rb);
+    }
+    RL_SYNC();
+    buf ^= 1;
+  }
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_GEMM_T; ++i) {
+    const int64_t m = m0 + tm + i;
+    if (m >= M) break;
+    RL_UNROLL(unroll)
+    for (int j = 0; j < RL_GEMM_T; ++j) {
+      const int64_t n = n0 + tn + j;
+      if (n < N) {
+        const float b = bias == nullptr ? 0.0f : D::load(bias, n);
+        y[m * N + n] = store_out<D>(bias == nullptr ? acc[i][j] : acc[i][j] + b);
+      }
+    }
+  }
+}
+
+// ---- RMSNorm: one block of RL_NORM_THREADS per row ----------------------------------------------
+// The row's chunk sums go to shared memory, padded with +0.0 to a power of two, and are joined level
+// by level: the perfect tree of section 2 (terms are never -0.0, so a padding +0.0 changes no node).
+constexpr int RL_NORM_THREADS = 256;
+constexpr int RL_NORM_MAX_CHUNKS = 8192;  // rows of up to 65536 elements
+
+__device__ __forceinline__ float block_tree_sum(float* sh, int64_t chunks) {
+  int64_t width = 1;
+  while (width < chunks) width <<= 1;
+  for (int64_t c = chunks + RL_TID; c < width; c += RL_NORM_THREADS) sh[c] = 0.0f;
+  RL_SYNC();
+  for (int64_t half = width >> 1; half > 0; half >>= 1) {
+    for (int64_t c = RL_TID; c < half; c += RL_NORM_THREADS) sh[c] = sh[2 * c] + sh[2 * c + 1];
+    RL_SYNC();
+  }
+  const float total = sh[0];
+  RL_SYNC();
+  return total;
+}
+
+// Chunk c's pairwise sum of term(i) over elements 8c .. 8c+7 (padded with +0.0 past n).
+template <class Term>
+__device__ __forceinline__ float chunk_terms(const Term& term, int64_t c, int64_t n) {
+  float v[RL_CHUNK];
+  RL_UNROLL(unroll)
+  for (int j = 0; j < RL_CHUNK; ++j) v[j] = (c * RL_CHUNK + j < n) ? term(c * RL_CHUNK + j) : 0.0f;
+  return chunk_sum(v);
+}
+
+template <class Term>
+__device__ __forceinline__ float block_row_sum(float* sh, const Term& term, int64_t n) {
+  const int64_t chunks = chunks_of(n);
+  for (int64_t c = RL_TID; c < chunks; c += RL_NORM_THREADS) sh[c] = chunk_terms(term, c, n);
+  return block_tree_sum(sh, chunks);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_NORM_THREADS) rms_norm_kernel(int64_t H, const typename D::storage* x,
+                                                                    const typename D::storage* w, float inv_n,
+                                                                    float eps, typename D::storage* y, float* rstd) {
+  extern __shared__ float sh[];
+  const typename D::storage* row = x + RL_ROW * H;
+  const float ss = block_row_sum(sh, [&](int64_t i) {
+    const float v = D::load(row, i);
+    return v * v;
+  }, H);
+  const float r = rms_rstd(ss, inv_n, eps);
+  for (int64_t i = RL_TID; i < H; i += RL_NORM_THREADS) y[RL_ROW * H + i] = rms_out<D>(D::load(row, i), r, D::load(w, i));
+  if (RL_TID == 0) rstd[RL_ROW] = r;
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_NORM_THREADS) rms_norm_backward_kernel(int64_t H, const typename D::storage* dy,
+                                                                             const typename D::storage* x,
+                                                                             const typename D::storage* w,
+                                                                             const float* rstd, float inv_n,
+                                                                             typename D::storage* dx) {
+  extern __shared__ float sh[];
+  const int64_t base = RL_ROW * H;
+  const float dot = block_row_sum(sh, [&](int64_t i) {
+    return no_neg_zero((D::load(dy, base + i) * D::load(w, i)) * D::load(x, base + i));
+  }, H);
+  const float r = rstd[RL_ROW];
+  const float c = rms_grad_coef(dot, inv_n, r);
+  for (int64_t i = RL_TID; i < H; i += RL_NORM_THREADS) {
+    const float g = D::load(dy, base + i) * D::load(w, i);
+    dx[base + i] = store_out<D>(rms_grad_x(D::load(x, base + i), g, r, c));
+  }
+}
+
+// dw[j] = sum over rows m, in order, of dy[m, j] * rounded(x[m, j] * r_m) (an fma_rn chain from +0.0):
+// one thread per column.
+template <class D>
+__global__ void __launch_bounds__(RL_NORM_THREADS) rms_norm_weight_grad_kernel(int64_t rows, int64_t H,
+                                                                                const typename D::storage* dy,
+                                                                                const typename D::storage* x,
+                                                                                const float* rstd,
+                                                                                typename D::storage* dw) {
+  const int64_t j = RL_ROW * RL_NORM_THREADS + RL_TID;
+  if (j >= H) return;
+  float acc = 0.0f;
+  for (int64_t m = 0; m < rows; ++m)
+    acc = fma_rn(D::load(dy, m * H + j), rounded<D>(D::load(x, m * H + j) * rstd[m]), acc);
+  dw[j] = store_out<D>(acc);
+}
+
+// ---- elementwise: rotary table, rotary, SiLU x up --------------------------------------------
+constexpr int RL_ELEM_THREADS = 256;
+
+__device__ __forceinline__ int64_t elem_index() { return RL_ROW * RL_ELEM_THREADS + RL_TID; }
+
+// cos/sin[p, i] for p < P positions, i < half: positions[p] * inv_freq[i].
+__global__ void __launch_bounds__(RL_ELEM_THREADS) rope_table_kernel(int64_t P, int64_t half, const int64_t* pos,
+                                                                      const float* inv_freq, float* cos_out,
+                                                                      float* sin_out) {
+  const int64_t e = elem_index();
+  if (e >= P * half) return;
+  const SinCos sc = rope_angle(pos[e / half], inv_freq[e % half]);
+  cos_out[e] = canonical(sc.c);
+  sin_out[e] = canonical(sc.s);
+}
+
+// x [B, H, T, Dh] contiguous; cos/sin [B, T, Dh/2]. One thread per pair.
+template <class D>
+__global__ void __launch_bounds__(RL_ELEM_THREADS) rotary_kernel(int64_t B, int64_t H, int64_t T, int64_t Dh,
+                                                                  const typename D::storage* x, const float* cosv,
+                                                                  const float* sinv, typename D::storage* out) {
+  const int64_t half = Dh / 2, e = elem_index();
+  if (e >= B * H * T * half) return;
+  const int64_t i = e % half, t = (e / half) % T, b = e / (half * T * H);
+  const int64_t at = (e / half) * Dh + i, cs = (b * T + t) * half + i;
+  const Pair p = rotate(D::load(x, at), D::load(x, at + half), cosv[cs], sinv[cs]);
+  out[at] = store_out<D>(p.a);
+  out[at + half] = store_out<D>(p.b);
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_ELEM_THREADS) silu_mul_kernel(int64_t n, const typename D::storage* g,
+                                                                    const typename D::storage* u,
+                                                                    typename D::storage* out) {
+  const int64_t e = elem_index();
+  if (e < n) out[e] = store_out<D>(silu_mul(D::load(g, e), D::load(u, e)));
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_ELEM_THREADS) silu_mul_backward_kernel(int64_t n, const typename D::storage* dy,
+                                                                             const typename D::storage* g,
+                                                                             const typename D::storage* u,
+                                                                             typename D::storage* dg,
+                                                                             typename D::storage* du) {
+  const int64_t e = elem_index();
+  if (e >= n) return;
+  const Pair p = silu_mul_grad(D::load(dy, e), D::load(g, e), D::load(u, e));
+  dg[e] = store_out<D>(p.a);
+  du[e] = store_out<D>(p.b);
+}
+
+// ---- attention: one logical warp (32 lanes) per query row ----------------------------------------
+// Lane u computes the score of key u of a tile; the tile's max is a shuffle max (max is exact and
+// order-free up to a zero's sign, which no output shows); every lane then adds the tile's p in order
+// to l (the same bits in every lane), and lane d owns acc[d], acc[d + 32], ...: per key in order, one
+// fma_rn each. So every row runs section 11's loop exactly.
+constexpr int RL_ATTN_WARPS = 4;
+constexpr int RL_ATTN_PER_LANE = RL_ATTN_MAX_DIM / RL_WARP;
+
+__device__ __forceinline__ float warp_max(float v) {
+  RL_UNROLL(unroll)
+  for (int m = 1; m < RL_WARP; m <<= 1) v = max_nan(v, shfl_xor(v, m));
+  return v;
+}
+
+// q [B, Hq, Tq, Dh], k/v [B, Hkv, Tk, Dh], q_pos [B, Tq], k_start [B]; o like q, stats [B, Hq, Tq, 2].
+template <class D>
+__global__ void __launch_bounds__(RL_ATTN_WARPS* RL_WARP) attention_kernel(
+    int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+    const typename D::storage* k, const typename D::storage* v, const int64_t* q_pos, const int64_t* k_start,
+    float scale, typename D::storage* o, float* stats) {
+  const int64_t row = RL_ROW * RL_ATTN_WARPS + warp_id();
+  if (row >= rows) return;
+  const int lane = lane_id();
+  const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
+  const int64_t kvh = h / (Hq / Hkv);
+  const typename D::storage* qr = q + row * Dh;
+  const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
+  const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
+  const int64_t j0 = k_start[b], j1 = q_pos[b * Tq + t];
+  float acc[RL_ATTN_PER_LANE];
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = 0.0f;
+  float m = -RL_FLT_MAX, l = 0.0f;
+  for (int64_t t0 = j0; t0 <= j1; t0 += RL_ATTN_TILE) {
+    const int n = int(j1 - t0 + 1 < RL_ATTN_TILE ? j1 - t0 + 1 : RL_ATTN_TILE);
+    const float s = lane < n ? attn_score<D>(qr, kb + (t0 + lane) * Dh, Dh, scale) : -RL_FLT_MAX;
+    const float mt = max_nan(m, warp_max(s));
+    const float alpha = exp_fold(m - mt);
+    const float p = exp_fold(s - mt);
+    l = l * alpha;
+    RL_UNROLL(unroll)
+    for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = acc[i] * alpha;
+    for (int u = 0; u < n; ++u) {
+      const float pu = shfl_from(p, u);
+      l = l + pu;
+      const typename D::storage* vu = vb + (t0 + u) * Dh;
+      RL_UNROLL(unroll)
+      for (int i = 0; i < RL_ATTN_PER_LANE; ++i) {
+        const int64_t d = lane + RL_WARP * i;
+        if (d < Dh) acc[i] = fma_rn(pu, D::load(vu, d), acc[i]);
+      }
+    }
+    m = mt;
+  }
+  const bool empty = j1 < j0;
+  const float r = (empty || attn_bad(m)) ? 0.0f : rcp_pos(l);
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_ATTN_PER_LANE; ++i) {
+    const int64_t d = lane + RL_WARP * i;
+    if (d < Dh)
+      o[row * Dh + d] = empty ? store_out<D>(0.0f) : store_out<D>(attn_bad(m) ? canonical_nan() : acc[i] * r);
+  }
+  if (lane == 0) {
+    stats[2 * row] = attn_stat_m(m);
+    stats[2 * row + 1] = canonical(l);
+  }
+}
+
+#endif  // RL_GPU_COMPILE
+
+}  // namespace rl

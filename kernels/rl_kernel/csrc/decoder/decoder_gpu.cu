@@ -1,0 +1,105 @@
+// The CUDA / HIP executor of the decoder family: decoder.cuh's kernels, on the current stream. On ROCm,
+// torch's build hipifies this file; the kernels themselves are portable.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "decoder_ops.h"
+
+namespace rl {
+namespace {
+
+unsigned blocks_for(int64_t n, int64_t per_block, const char* what) {
+  const int64_t b = (n + per_block - 1) / per_block;
+  TORCH_CHECK(b <= int64_t(0x7fffffff), "rl_kernel: ", what, ": ", n, " items are more than one launch takes");
+  return static_cast<unsigned>(b);
+}
+
+template <class Kernel, class... Args>
+void launch_grid(Kernel kernel, dim3 grid, int threads, size_t shared, Args... args) {
+  if (grid.x == 0 || grid.y == 0) return;
+  kernel<<<grid, threads, shared, at::cuda::getCurrentCUDAStream()>>>(args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Shared memory of a norm row: its chunk sums, padded to a power of two.
+size_t norm_shared(int64_t H) {
+  const int64_t chunks = chunks_of(H);
+  TORCH_CHECK(chunks <= RL_NORM_MAX_CHUNKS, "rl_kernel: rms_norm rows of at most ", RL_NORM_MAX_CHUNKS * RL_CHUNK,
+              " elements on the GPU, got ", H);
+  int64_t width = 1;
+  while (width < chunks) width <<= 1;
+  return size_t(width) * sizeof(float);
+}
+
+struct GpuExec {
+  struct Guard {
+    explicit Guard(const at::Tensor& t) : g(t.device()) {}
+    c10::cuda::CUDAGuard g;
+  };
+
+  template <class D>
+  static void linear(int64_t M, int64_t N, int64_t K, const typename D::storage* x, int64_t ldx,
+                     const typename D::storage* w, const typename D::storage* bias, typename D::storage* y) {
+    const int64_t mt = (M + RL_GEMM_BM - 1) / RL_GEMM_BM;
+    TORCH_CHECK(mt <= 65535, "rl_kernel: linear takes at most ", 65535 * RL_GEMM_BM, " rows per call, got ", M);
+    const dim3 grid(blocks_for(N, RL_GEMM_BN, "linear"), static_cast<unsigned>(mt));
+    launch_grid(linear_kernel<D>, grid, RL_GEMM_THREADS, 0, M, N, K, x, ldx, w, bias, y);
+  }
+
+  template <class D>
+  static void rms_norm(int64_t rows, int64_t H, const typename D::storage* x, const typename D::storage* w,
+                       float inv_n, float eps, typename D::storage* y, float* rstd) {
+    launch_grid(rms_norm_kernel<D>, dim3(blocks_for(rows, 1, "rms_norm")), RL_NORM_THREADS, norm_shared(H), H, x, w,
+                inv_n, eps, y, rstd);
+  }
+
+  template <class D>
+  static void rms_norm_backward(int64_t rows, int64_t H, const typename D::storage* dy, const typename D::storage* x,
+                                const typename D::storage* w, const float* rstd, float inv_n, typename D::storage* dx,
+                                typename D::storage* dw) {
+    launch_grid(rms_norm_backward_kernel<D>, dim3(blocks_for(rows, 1, "rms_norm_backward")), RL_NORM_THREADS,
+                norm_shared(H), H, dy, x, w, rstd, inv_n, dx);
+    launch_grid(rms_norm_weight_grad_kernel<D>, dim3(blocks_for(H, RL_NORM_THREADS, "rms_norm_backward")),
+                RL_NORM_THREADS, 0, rows, H, dy, x, rstd, dw);
+  }
+
+  static void rope_table(int64_t P, int64_t half, const int64_t* pos, const float* inv_freq, float* c, float* s) {
+    launch_grid(rope_table_kernel, dim3(blocks_for(P * half, RL_ELEM_THREADS, "rope_table")), RL_ELEM_THREADS, 0, P,
+                half, pos, inv_freq, c, s);
+  }
+
+  template <class D>
+  static void rotary(int64_t B, int64_t H, int64_t T, int64_t Dh, const typename D::storage* x, const float* cosv,
+                     const float* sinv, typename D::storage* out) {
+    launch_grid(rotary_kernel<D>, dim3(blocks_for(B * H * T * (Dh / 2), RL_ELEM_THREADS, "rotary")), RL_ELEM_THREADS,
+                0, B, H, T, Dh, x, cosv, sinv, out);
+  }
+
+  template <class D>
+  static void silu_mul(int64_t n, const typename D::storage* g, const typename D::storage* u,
+                       typename D::storage* out) {
+    launch_grid(silu_mul_kernel<D>, dim3(blocks_for(n, RL_ELEM_THREADS, "silu_mul")), RL_ELEM_THREADS, 0, n, g, u,
+                out);
+  }
+
+  template <class D>
+  static void silu_mul_backward(int64_t n, const typename D::storage* dy, const typename D::storage* g,
+                                const typename D::storage* u, typename D::storage* dg, typename D::storage* du) {
+    launch_grid(silu_mul_backward_kernel<D>, dim3(blocks_for(n, RL_ELEM_THREADS, "silu_mul_backward")),
+                RL_ELEM_THREADS, 0, n, dy, g, u, dg, du);
+  }
+
+  template <class D>
+  static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
+                        const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
+                        const int64_t* q_pos, const int64_t* k_start, float scale, typename D::storage* o,
+                        float* stats) {
+    launch_grid(attention_kernel<D>, dim3(blocks_for(rows, RL_ATTN_WARPS, "attention")), RL_ATTN_WARPS * RL_WARP, 0,
+                rows, Hq, Hkv, Tq, Tk, Dh, q, k, v, q_pos, k_start, scale, o, stats);
+  }
+};
+
+}  // namespace
+}  // namespace rl
+
+TORCH_LIBRARY_IMPL(rl_kernel, CUDA, m) { rl::impl_decoder<rl::GpuExec>(m); }

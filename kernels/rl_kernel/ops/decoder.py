@@ -1,0 +1,387 @@
+"""The decoder family: the layers of a Llama/Qwen decoder in the exact tier (docs/numerics.md section 11).
+
+    y = rl_kernel.linear(x, weight, bias)              # F.linear; a row of y depends on that row of x only
+    y = rl_kernel.rms_norm(x, weight, eps)             # Hugging Face's LlamaRMSNorm / Qwen2RMSNorm order
+    cos, sin = rl_kernel.rope_table(position_ids, rl_kernel.rope_inv_freq(head_dim, base))
+    q = rl_kernel.rotary(q, cos, sin)                  # q [batch, heads, seq, head_dim]
+    h = rl_kernel.silu_mul(gate, up)                   # SwiGLU: silu(gate) * up
+    o = rl_kernel.attention(q, k, v, q_pos, k_start)   # causal GQA, prefill and decode alike
+
+Every operator gives the same bits on the CPU (the golden reference) and on the GPU builds, for every
+batch size and batch order; linear, rms_norm, rotary and silu_mul are differentiable (their backward is
+deterministic and CPU == GPU too). The kernels are in csrc/decoder/, the numpy transcription of the
+contract in rl_kernel/reference/decoder.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rl_kernel._library import ops, register_fake
+from rl_kernel._validate import check_logits, compiling
+from rl_kernel.ops.spec import Case, OpSpec
+
+FAMILY = "decoder"
+ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder.cuh RL_ATTN_TILE)
+MAX_HEAD_DIM = 256
+
+
+# ---- fake implementations: output shapes and dtypes only -------------------------------------
+@register_fake("rl_kernel::linear")
+def _linear_fake(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@register_fake("rl_kernel::rms_norm")
+def _rms_norm_fake(x, weight, eps):
+    return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+
+@register_fake("rl_kernel::rms_norm_backward")
+def _rms_norm_backward_fake(grad, x, weight, rstd):
+    return torch.empty_like(x), torch.empty_like(weight)
+
+
+@register_fake("rl_kernel::rope_table")
+def _rope_table_fake(positions, inv_freq):
+    shape = (*positions.shape, inv_freq.shape[0])
+    return inv_freq.new_empty(shape), inv_freq.new_empty(shape)
+
+
+@register_fake("rl_kernel::rotary")
+def _rotary_fake(x, cos, sin):
+    return torch.empty_like(x)
+
+
+@register_fake("rl_kernel::silu_mul")
+def _silu_mul_fake(gate, up):
+    return torch.empty_like(gate)
+
+
+@register_fake("rl_kernel::silu_mul_backward")
+def _silu_mul_backward_fake(grad, gate, up):
+    return torch.empty_like(gate), torch.empty_like(gate)
+
+
+@register_fake("rl_kernel::attention")
+def _attention_fake(q, k, v, q_pos, k_start, scale):
+    return torch.empty_like(q), q.new_empty((*q.shape[:-1], 2), dtype=torch.float32)
+
+
+# ---- linear -------------------------------------------------------------------------------------
+def _t(x: torch.Tensor) -> torch.Tensor:
+    """[A, B] -> its transpose as a contiguous [B, A] copy (exact)."""
+    return x.t().contiguous()
+
+
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return ops.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # Every gradient is itself a linear (one fma_rn chain per element, section 11), so it has the
+        # forward's guarantees: dx = dy . W, dW = dy^T . x (rows in order), db = dy^T . 1.
+        x, weight = ctx.saved_tensors
+        dy = grad.contiguous().reshape(-1, weight.shape[0])
+        x2 = x.reshape(-1, weight.shape[1])
+        dx = ops.linear(dy, _t(weight), None).view(x.shape) if ctx.needs_input_grad[0] else None
+        dyt = _t(dy) if (ctx.needs_input_grad[1] or ctx.has_bias) else None
+        dw = ops.linear(dyt, _t(x2), None) if ctx.needs_input_grad[1] else None
+        db = None
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = ops.linear(dyt, dy.new_ones((1, dy.shape[0])), None).view(-1)
+        return dx, dw, db
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) in the exact tier: y[..., n] = sum_k x[..., k] * weight[n, k] as one
+    fused multiply-add chain over k = 0 .. K-1 in fp32, + bias[n], rounded to x's dtype. A row of y depends
+    on that row of x only (no split-K: the same bits at every batch size). One dtype for all three."""
+    check_logits(x, "x")
+    return _Linear.apply(x, weight, bias)
+
+
+# ---- RMSNorm ------------------------------------------------------------------------------------
+class _RmsNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        y, rstd = ops.rms_norm(x, weight, eps)
+        ctx.save_for_backward(x, weight, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw = ops.rms_norm_backward(grad.contiguous(), x, weight, rstd)
+        return dx, dw, None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Hugging Face's RMSNorm, weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype), in the exact tier: the
+    mean of squares in fp32 by the row's tree, the contract's rsqrt, the same bits on every device."""
+    check_logits(x, "x")
+    return _RmsNorm.apply(x, weight, float(eps))
+
+
+# ---- rotary embedding ---------------------------------------------------------------------------
+def rope_inv_freq(head_dim: int, base: float = 10000.0, scaling: dict | None = None) -> torch.Tensor:
+    """The rotary inverse frequencies base^(-2i/head_dim), i < head_dim/2, in float64 rounded once to
+    float32 on the host (the same bits for every device that uses them), with Llama 3's frequency scaling
+    when scaling = {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    "original_max_position_embeddings"} (Hugging Face's config.rope_scaling). "default" or None: none."""
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"rl_kernel: head_dim must be even and >= 2, got {head_dim}")
+    inv = [float(base) ** (-(2 * i) / head_dim) for i in range(head_dim // 2)]
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "llama3":
+        inv = _llama3(inv, scaling)
+    elif kind != "default":
+        raise ValueError(f"rl_kernel: rope scaling {kind!r} is not supported (supported: default, llama3)")
+    return torch.tensor(inv, dtype=torch.float64).to(torch.float32)
+
+
+def _llama3(inv: list[float], scaling: dict) -> list[float]:
+    """Llama 3.1's smooth frequency scaling (transformers' _compute_llama3_parameters), in float64."""
+    try:
+        factor, lo, hi = float(scaling["factor"]), float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old = float(scaling["original_max_position_embeddings"])
+    except KeyError as exc:
+        raise ValueError(f"rl_kernel: llama3 rope scaling needs {exc.args[0]!r}") from None
+    low_wavelen, high_wavelen = old / lo, old / hi
+    out = []
+    for f in inv:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(f)
+        elif wavelen > low_wavelen:
+            out.append(f / factor)
+        else:
+            smooth = (old / wavelen - lo) / (hi - lo)
+            out.append((1 - smooth) * f / factor + smooth * f)
+    return out
+
+
+def rope_table(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of positions[...] * inv_freq[i] by the contract's sin_cos: float32 [..., head_dim/2].
+    |angle| must stay below 2^22 (else NaN); positions below 2^24 are exact in float32."""
+    return ops.rope_table(positions, inv_freq.to(positions.device))
+
+
+class _Rotary(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(cos, sin)
+        return ops.rotary(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # The transpose of a rotation is the rotation by -angle: the same kernel with -sin (exact).
+        cos, sin = ctx.saved_tensors
+        return ops.rotary(grad.contiguous(), cos, -sin), None, None
+
+
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's apply_rotary_pos_emb for one tensor x [batch, heads, seq, head_dim] with cos/sin
+    [batch, seq, head_dim/2] from rope_table: pairs (x_i, x_{i+D/2}) -> (x1*c - x2*s, x2*c + x1*s)."""
+    check_logits(x, "x")
+    return _Rotary.apply(x, cos, sin)
+
+
+# ---- SwiGLU -------------------------------------------------------------------------------------
+class _SiluMul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(gate, up)
+        return ops.silu_mul(gate, up)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        gate, up = ctx.saved_tensors
+        return ops.silu_mul_backward(grad.contiguous(), gate, up)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SwiGLU's silu(gate) * up in fp32 with the contract's exp and reciprocal, rounded to the dtype."""
+    check_logits(gate, "gate")
+    return _SiluMul.apply(gate, up)
+
+
+# ---- attention ----------------------------------------------------------------------------------
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, q_pos, k_start, scale):
+        out, _ = ops.attention(q, k, v, q_pos, k_start, scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise NotImplementedError(
+            "rl_kernel.attention has no backward in the exact tier yet; train through another attention or "
+            "detach its inputs (the forward is what rollout and scoring need)"
+        )
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    q_pos: torch.Tensor,
+    k_start: torch.Tensor,
+    scale: float | None = None,
+    *,
+    validate: bool = True,
+) -> torch.Tensor:
+    """Causal attention with grouped-query heads, one algorithm for prefill and decode.
+
+    q [B, Hq, Tq, D]; k, v [B, Hkv, Tk, D] (the cache); Hq a multiple of Hkv. Query row t of sequence b sees
+    the keys k_start[b] .. q_pos[b, t] (inclusive; none if q_pos < k_start: output +0.0). Keys are taken in
+    tiles of 32 counted from k_start[b] (an online softmax with the contract's exp), so a row's bits do not
+    depend on Tq, on the padding, on the other rows or on how the cache was filled. scale defaults to
+    D^-0.5 (float64, rounded to float32). validate=True checks 0 <= k_start and q_pos < Tk (a host sync).
+    """
+    check_logits(q, "q")
+    if q.dim() != 4 or q.shape[-1] > MAX_HEAD_DIM:
+        raise ValueError(f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}")
+    if validate and not compiling():
+        _check_key_ranges(q_pos, k_start, k.shape[2])
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return _Attention.apply(q, k, v, q_pos, k_start, scale)
+
+
+def _check_key_ranges(q_pos: torch.Tensor, k_start: torch.Tensor, kv_len: int) -> None:
+    if k_start.numel() and int(k_start.min()) < 0:
+        raise ValueError(f"rl_kernel: k_start must be >= 0, got {int(k_start.min())}")
+    if q_pos.numel() and int(q_pos.max()) >= kv_len:
+        raise ValueError(f"rl_kernel: q_pos {int(q_pos.max())} is past the {kv_len} keys of the cache")
+
+
+def attention_with_stats(q, k, v, q_pos, k_start, scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """attention and each row's final (m, l): the running max and the sum of exps, for diagnostics."""
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    return ops.attention(q, k, v, q_pos, k_start, scale)
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q_pos, k_start) of a prefill over a [batch, seq] mask of 1s (tokens) and 0s (padding) whose 1s are
+    one run (left or right padding): k_start[b] = the first 1, q_pos[b, t] = t. Rows on padding see
+    no key or only real ones; their outputs are padding too."""
+    mask = attention_mask.to(torch.bool)
+    if mask.dim() != 2:
+        raise ValueError(f"rl_kernel: attention_mask must be [batch, seq], got {tuple(mask.shape)}")
+    b, t = mask.shape
+    idx = torch.arange(t, device=mask.device).expand(b, t)
+    first = torch.where(mask, idx, t).min(dim=1).values
+    runs = mask[:, :1].long().sum(dim=1) + (mask[:, 1:] & ~mask[:, :-1]).long().sum(dim=1)
+    if bool((runs != 1).any()):
+        raise ValueError("rl_kernel: every attention_mask row needs one run of 1s (left or right padding only)")
+    return idx.contiguous(), first.clamp(max=t - 1).contiguous()
+
+
+# ---- the family's cases ---------------------------------------------------------------------
+SIZES = (7, 257)  # feature sizes (K, hidden, head_dim-scaled) of the golden and self-check cases
+
+
+def _rand(shape: tuple[int, ...], dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(dtype)
+
+
+def _elem_grad(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    return _rand(shape, dtype, seed + 99)
+
+
+def linear_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    """x [33, size], weight [19, size], bias [19]; the upstream gradient [33, 19]."""
+    x, w, b = _rand((33, size), dtype, seed), _rand((19, size), dtype, seed + 1, 0.2), _rand((19,), dtype, seed + 2)
+    return Case(x, torch.zeros(0), elem_grad=_elem_grad((33, 19), dtype, seed), params=(w, b))
+
+
+def linear_weight_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    c = linear_case(size, dtype, seed)
+    return Case(c.params[0], c.tokens, elem_grad=c.elem_grad, params=(c.logits, c.params[1]))
+
+
+def norm_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    x = _rand((2, 9, size), dtype, seed, 3.0)
+    x[0, 0] = 0.0  # a zero row: rsqrt(eps)
+    w = _rand((size,), dtype, seed + 1)
+    return Case(x, torch.zeros(0), elem_grad=_elem_grad(tuple(x.shape), dtype, seed), params=(w,))
+
+
+def norm_weight_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    c = norm_case(size, dtype, seed)
+    return Case(c.params[0], c.tokens, elem_grad=c.elem_grad, params=(c.logits,))
+
+
+def _head_dim(size: int) -> int:
+    return 2 * max(1, size // 8)
+
+
+def rotary_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    dh = _head_dim(size)
+    x = _rand((2, 3, 11, dh), dtype, seed)
+    pos = torch.arange(11).repeat(2, 1) * torch.tensor([[1], [997]])  # small and large angles
+    cos, sin = rope_table(pos, rope_inv_freq(dh, 10000.0))
+    return Case(x, pos, elem_grad=_elem_grad(tuple(x.shape), dtype, seed), params=(cos, sin))
+
+
+def rope_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    dh = _head_dim(size)
+    pos = torch.cat([torch.arange(40), torch.tensor([1000, 32767, 131071, 500000])]).view(4, 11)
+    return Case(pos, pos, params=(rope_inv_freq(dh, 500000.0),))
+
+
+def silu_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    g = _rand((5, size), dtype, seed, 4.0)
+    g[0, : min(size, 6)] = torch.tensor([0.0, -0.0, 90.0, -90.0, float("inf"), float("-inf")])[: min(size, 6)].to(dtype)
+    u = _rand((5, size), dtype, seed + 1)
+    return Case(g, torch.zeros(0), elem_grad=_elem_grad((5, size), dtype, seed), params=(u,))
+
+
+def silu_up_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    c = silu_case(size, dtype, seed)
+    return Case(c.params[0], c.tokens, elem_grad=c.elem_grad, params=(c.logits,))
+
+
+def attention_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    """4 sequences, 4 query heads over 2 KV heads, 70 keys (three tiles), left padding 0, 3, 33, 69."""
+    dh = _head_dim(size)
+    b, hq, hkv, t = 4, 4, 2, 70
+    q, k, v = _rand((b, hq, t, dh), dtype, seed), _rand((b, hkv, t, dh), dtype, seed + 1), _rand((b, hkv, t, dh), dtype, seed + 2)
+    q_pos = torch.arange(t).repeat(b, 1)
+    k_start = torch.tensor([0, 3, 33, 69])
+    return Case(q, q_pos, params=(k, v, q_pos, k_start))
+
+
+def _fixed(case_fn):
+    """A case function of (size, dtype) for the golden digests (seed 0)."""
+
+    def golden(size: int, dtype: torch.dtype) -> Case:
+        return case_fn(size, dtype, 0)
+
+    golden.__name__ = f"golden_{case_fn.__name__}"
+    return golden
+
+
+def _spec(name: str, forward, upstream: str | None, case_fn) -> OpSpec:
+    return OpSpec(name, FAMILY, forward, upstream, _fixed(case_fn), case_fn, SIZES, sizes=SIZES)
+
+
+SPECS = (
+    _spec("linear", lambda x, c: linear(x, c.params[0], c.params[1]), "elem", linear_case),
+    _spec("linear.weight", lambda w, c: linear(c.params[0], w, c.params[1]), "elem", linear_weight_case),
+    _spec("rms_norm", lambda x, c: rms_norm(x, c.params[0], 1e-6), "elem", norm_case),
+    _spec("rms_norm.weight", lambda w, c: rms_norm(c.params[0], w, 1e-6), "elem", norm_weight_case),
+    _spec("rope_table", lambda p, c: torch.stack(rope_table(p, c.params[0])), None, rope_case),
+    _spec("rotary", lambda x, c: rotary(x, c.params[0], c.params[1]), "elem", rotary_case),
+    _spec("silu_mul", lambda g, c: silu_mul(g, c.params[0]), "elem", silu_case),
+    _spec("silu_mul.up", lambda u, c: silu_mul(c.params[0], u), "elem", silu_up_case),
+    _spec("attention", lambda q, c: attention_with_stats(q, *c.params)[0], None, attention_case),
+    _spec("attention.stats", lambda q, c: attention_with_stats(q, *c.params)[1], None, attention_case),
+)
