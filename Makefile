@@ -43,9 +43,11 @@ RUN_OUT ?= results
 run: build
 	$(PY) -m rlparity.cli run --matrix $(MATRIX) --jobs $(RUN_JOBS) --out $(RUN_OUT)
 
-# The kernels' own bitwise self-check (CPU vs GPU bits) on this machine's devices.
+# The kernels' own bitwise self-check (CPU vs GPU bits) on this machine's devices; FAMILY=decoder
+# (or softmax) checks one operator family.
+FAMILY ?=
 selfcheck: build
-	$(PY) -m rl_kernel.selfcheck
+	$(PY) -m rl_kernel.selfcheck $(if $(FAMILY),--family $(FAMILY))
 
 # Checks every committed golden digest (the kernels' per family, the harness workloads') against this
 # build. The only writer is `rlparity golden --update`, run by hand after an intended contract change.

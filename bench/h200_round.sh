@@ -57,6 +57,9 @@ for s in $steps; do
                flatten mutations ;;
     bench) step bench python3 bench/bench_token_logprobs.py --json "$out/bench.json" ;;
     row) step row python3 bench/bench_row.py --json "$out/row.json" ;;
+    decoder) step decoder-tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels/test_decoder.py \
+               tests/kernels/test_reference_decoder.py tests/kernels/test_golden.py
+             step decoder-bench python3 bench/bench_decoder.py --json "$out/decoder.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

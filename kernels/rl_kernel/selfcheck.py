@@ -1,6 +1,6 @@
 """Bitwise self-check of the rl_kernel build on the devices this machine has.
 
-    python -m rl_kernel.selfcheck [--vocabs 7,257,...] [--require-gpu] [--json PATH]
+    python -m rl_kernel.selfcheck [--family softmax|decoder] [--vocabs 7,257,...] [--require-gpu] [--json PATH]
 
 For every vocabulary size and dtype: run-to-run equality, batch invariance (a
 row alone, the batch reversed), and, where a CUDA/ROCm device and the GPU build
@@ -25,7 +25,7 @@ import torch
 
 import rl_kernel
 from rl_kernel import bitwise, inputs
-from rl_kernel.ops import Case, OpSpec, all_specs
+from rl_kernel.ops import Case, OpSpec, all_specs, families
 
 #: The kinds of comparison, in the order they are reported.
 KINDS = ("cpu_vs_gpu", "run_to_run", "batch")
@@ -60,12 +60,26 @@ def outputs(case: Case, specs: tuple[OpSpec, ...]) -> dict[str, torch.Tensor]:
     return {k: v.cpu() for k, v in res.items()}
 
 
-def family_cases(vocab: int, dtype: torch.dtype, seed: int) -> dict[str, tuple[tuple[OpSpec, ...], Case]]:
-    """Per family (rl_kernel.ops.all_specs()): its operators and its random case (on the CPU)."""
-    grouped: dict[str, list[OpSpec]] = {}
+def family_cases(
+    vocab: int, dtype: torch.dtype, seed: int, only: frozenset[str] | None = None
+) -> dict[str, tuple[tuple[OpSpec, ...], Case]]:
+    """Per case function (one per family, or more where a family's operators take different inputs): its
+    operators and its random case (on the CPU), keyed "<family>" or "<family>/<case>". Operators with
+    their own sizes (OpSpec.sizes) take part only at those sizes."""
+    grouped: dict[tuple[str, object], list[OpSpec]] = {}
     for spec in all_specs():
-        grouped.setdefault(spec.family, []).append(spec)
-    return {fam: (tuple(specs), specs[0].check_case(vocab, dtype, seed)) for fam, specs in grouped.items()}
+        if (only is None or spec.family in only) and (spec.sizes is None or vocab in spec.sizes):
+            grouped.setdefault((spec.family, spec.check_case), []).append(spec)
+    per_family: dict[str, int] = {}
+    for family, _ in grouped:
+        per_family[family] = per_family.get(family, 0) + 1
+    return {
+        (fam if per_family[fam] == 1 else f"{fam}/{fn.__name__}"): (
+            tuple(specs),
+            specs[0].check_case(vocab, dtype, seed),
+        )
+        for (fam, fn), specs in grouped.items()
+    }
 
 
 def _batch_checks(case: Case, dev: torch.device) -> dict[str, bitwise.Diff]:
@@ -80,8 +94,23 @@ def _batch_checks(case: Case, dev: torch.device) -> dict[str, bitwise.Diff]:
     }
 
 
-def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
-    cases = family_cases(vocab, dtype, seed=vocab)
+def family_invariance_checks(
+    vocab: int, dtype: torch.dtype, dev: torch.device, only: frozenset[str] | None = None
+) -> dict[str, bitwise.Diff]:
+    """Each family's own batch/order checks (a module's invariance_checks(size, dtype, device)), for the
+    families that take part at this size."""
+    found: dict[str, bitwise.Diff] = {}
+    for name, module in families().items():
+        if only is not None and name not in only:
+            continue
+        hook = getattr(module, "invariance_checks", None)
+        if hook is not None and any(s.sizes is None or vocab in s.sizes for s in module.SPECS):
+            found |= hook(vocab, dtype, dev)
+    return found
+
+
+def check_case(vocab: int, dtype: torch.dtype, gpu: bool, only: frozenset[str] | None = None) -> dict:
+    cases = family_cases(vocab, dtype, seed=vocab, only=only)
     dev = torch.device("cuda") if gpu else torch.device("cpu")
     cpu: dict[str, torch.Tensor] = {}
     checks: dict[str, bitwise.Diff] = {}
@@ -89,7 +118,9 @@ def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
         first, again = outputs(case, specs), outputs(case, specs)
         cpu |= first
         checks |= {f"{k} cpu run-to-run": bitwise.diff(first[k], again[k]) for k in first}
-    checks |= _batch_checks(cases["softmax"][1], dev)
+    if "softmax" in cases:
+        checks |= _batch_checks(cases["softmax"][1], dev)
+    checks |= family_invariance_checks(vocab, dtype, dev, only)
     if gpu:
         for specs, case in cases.values():
             on_gpu = case.to(dev)
@@ -97,15 +128,15 @@ def check_case(vocab: int, dtype: torch.dtype, gpu: bool) -> dict:
             for k in g1:
                 checks[f"{k} cpu == gpu"] = bitwise.diff(cpu[k], g1[k])
                 checks[f"{k} gpu run-to-run"] = bitwise.diff(g1[k], g2[k])
-    x = cases["softmax"][1].logits
+    first_case = next(iter(cases.values()))[1] if cases else None
     return {
         "vocab": vocab,
         "dtype": str(dtype).replace("torch.", ""),
-        "rows": x.shape[0],
+        "rows": first_case.logits.shape[0] if first_case is not None else 0,
         "checks": len(checks),
         "by_kind": {kind: sum(kind_of(k) == kind for k in checks) for kind in KINDS},
         "mismatches": {k: d.summary() for k, d in checks.items() if not d.equal},
-        "digest_token_logprobs": bitwise.digest(cpu["token_logprobs"]),
+        "digest_token_logprobs": bitwise.digest(cpu["token_logprobs"]) if "token_logprobs" in cpu else None,
     }
 
 
@@ -123,9 +154,22 @@ def summary_lines(gpu: bool, totals: dict[str, int], equal: dict[str, int]) -> l
     return [f"{same}/{total} comparisons bitwise equal: {split}"]
 
 
+def run_sizes(vocabs: str | None, only: frozenset[str] | None) -> list[int]:
+    """The sizes to run: --vocabs, else the vocabularies (for families without sizes of their own) and
+    every chosen family's sizes, in increasing order."""
+    if vocabs:
+        return [int(v) for v in vocabs.split(",")]
+    chosen = [s for s in all_specs() if only is None or s.family in only]
+    sizes = {v for s in chosen for v in (s.sizes or inputs.VOCABS)}
+    return sorted(sizes)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="bitwise self-check of rl_kernel")
-    ap.add_argument("--vocabs", default=",".join(map(str, inputs.VOCABS)), help="comma-separated vocabulary sizes")
+    ap.add_argument("--vocabs", default=None, help="comma-separated vocabulary sizes (default: every family's)")
+    ap.add_argument(
+        "--family", action="append", choices=sorted(families()), help="only this family (repeatable; default all)"
+    )
     ap.add_argument("--require-gpu", action="store_true", help="fail when no GPU build and device are present")
     ap.add_argument("--json", help="write the records here")
     args = ap.parse_args(argv)
@@ -137,10 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     devices = f"cpu + {device}" if gpu else f"{device}: nothing is compared across devices"
     print(f"rl_kernel {rl_kernel.TIER} tier, torch {torch.__version__}, devices: {devices}", flush=True)
     rows, records = [], []
-    for vocab in (int(v) for v in args.vocabs.split(",")):
+    only = frozenset(args.family) if args.family else None
+    for vocab in run_sizes(args.vocabs, only):
         for dtype in inputs.DTYPES:
             t0 = time.perf_counter()
-            rec = check_case(vocab, dtype, gpu)
+            rec = check_case(vocab, dtype, gpu, only)
             rec["seconds"] = round(time.perf_counter() - t0, 2)
             records.append(rec)
             bad = len(rec["mismatches"])

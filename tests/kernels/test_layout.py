@@ -19,9 +19,14 @@ def test_sources_are_discovered_relative_to_the_repository() -> None:
     cpu, gpu = build_flags.sources(gpu=False), build_flags.sources(gpu=True)
     assert cpu == [
         "kernels/rl_kernel/csrc/common/module.cpp",
+        "kernels/rl_kernel/csrc/decoder/decoder_cpu.cpp",
         "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
     ]
-    assert gpu == [*cpu, "kernels/rl_kernel/csrc/softmax/softmax_gpu.cu"]
+    assert gpu == [
+        *cpu,
+        "kernels/rl_kernel/csrc/decoder/decoder_gpu.cu",
+        "kernels/rl_kernel/csrc/softmax/softmax_gpu.cu",
+    ]
     assert all((ROOT / p).is_file() for p in gpu)
 
 
@@ -41,7 +46,7 @@ def test_a_new_family_folder_is_picked_up(tmp_path: Path) -> None:
 
 def test_check_sources_are_every_family_check_file() -> None:
     assert build_flags.check_sources() == sorted(CSRC.glob("*/*_check.cu"))
-    assert [p.parent.name for p in build_flags.check_sources()] == ["softmax"]
+    assert [p.parent.name for p in build_flags.check_sources()] == ["decoder", "softmax"]
 
 
 def test_build_flags_load_without_the_extension() -> None:
@@ -61,9 +66,24 @@ def test_every_family_has_its_folders() -> None:
 
 def test_specs_are_unique_and_named_by_family() -> None:
     specs = all_specs()
-    assert [s.name for s in specs] == ["log_softmax", "token_logprobs", "entropy", "row_stats"]
+    assert [s.name for s in specs] == [
+        "linear",
+        "linear.weight",
+        "rms_norm",
+        "rms_norm.weight",
+        "rope_table",
+        "rotary",
+        "silu_mul",
+        "silu_mul.up",
+        "attention",
+        "attention.stats",
+        "log_softmax",
+        "token_logprobs",
+        "entropy",
+        "row_stats",
+    ]
     assert len({s.name for s in specs}) == len(specs)
-    assert {s.family for s in specs} == set(families()) == {"softmax"}
+    assert {s.family for s in specs} == set(families()) == {"decoder", "softmax"}
 
 
 def test_public_api_and_submodules_are_attributes() -> None:

@@ -21,6 +21,7 @@ import torch
 
 from rl_kernel._library import ops, register_fake
 from rl_kernel._validate import check_logits, compiling
+from rl_kernel.bitwise import Diff, diff
 from rl_kernel.ops.spec import Case, OpSpec
 
 FAMILY = "decoder"
@@ -247,7 +248,9 @@ def attention(
     """
     check_logits(q, "q")
     if q.dim() != 4 or q.shape[-1] > MAX_HEAD_DIM:
-        raise ValueError(f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}")
+        raise ValueError(
+            f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}"
+        )
     if validate and not compiling():
         _check_key_ranges(q_pos, k_start, k.shape[2])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -281,6 +284,32 @@ def positions_from_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, tor
     if bool((runs != 1).any()):
         raise ValueError("rl_kernel: every attention_mask row needs one run of 1s (left or right padding only)")
     return idx.contiguous(), first.clamp(max=t - 1).contiguous()
+
+
+# ---- the family's batch and order checks (rl_kernel.selfcheck) --------------------------------
+def invariance_checks(size: int, dtype: torch.dtype, device: torch.device) -> dict[str, Diff]:
+    """On device: linear's row alone == in a batch of 1031; attention's decode rows == its prefill; the
+    small decoder's rollout (prefill, then a token at a time) == its teacher-forced forward."""
+    from rl_kernel.tiny_decoder import DecoderConfig, TinyDecoder  # the model is built from this module
+
+    dev = device.type
+    c = linear_case(size, dtype, size)
+    x = torch.cat([c.logits] * 32 + [c.logits[:7]]).to(device)
+    w, b = (p.to(device) for p in c.params)
+    full = linear(x, w, b)
+    found = {f"linear {dev} row alone == in a batch of {x.shape[0]}": diff(linear(x[5:6], w, b), full[5:6])}
+    a = attention_case(size, dtype, size)
+    q, (k, v, q_pos, k_start) = a.logits.to(device), (p.to(device) for p in a.params)
+    pre = attention(q, k, v, q_pos, k_start)
+    step = torch.cat([attention(q[:, :, t : t + 1], k, v, q_pos[:, t : t + 1], k_start) for t in (0, 35, 69)], 2)
+    found[f"attention {dev} decode rows == prefill"] = diff(step, pre[:, :, [0, 35, 69]])
+    model = TinyDecoder(DecoderConfig(qk_norm=size % 2 == 1), dtype, seed=size, device=device)
+    ids = torch.randint(0, model.config.vocab, (3, 14), generator=torch.Generator().manual_seed(size)).to(device)
+    mask = torch.ones_like(ids)
+    mask[1, :3], mask[2, :6] = 0, 0
+    forward, _ = model(ids, mask)
+    found[f"tiny decoder {dev} rollout == forward"] = diff(model.decode_logits(ids, mask, 7), forward[:, 6:-1])
+    return found
 
 
 # ---- the family's cases ---------------------------------------------------------------------
@@ -353,7 +382,11 @@ def attention_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
     """4 sequences, 4 query heads over 2 KV heads, 70 keys (three tiles), left padding 0, 3, 33, 69."""
     dh = _head_dim(size)
     b, hq, hkv, t = 4, 4, 2, 70
-    q, k, v = _rand((b, hq, t, dh), dtype, seed), _rand((b, hkv, t, dh), dtype, seed + 1), _rand((b, hkv, t, dh), dtype, seed + 2)
+    q, k, v = (
+        _rand((b, hq, t, dh), dtype, seed),
+        _rand((b, hkv, t, dh), dtype, seed + 1),
+        _rand((b, hkv, t, dh), dtype, seed + 2),
+    )
     q_pos = torch.arange(t).repeat(b, 1)
     k_start = torch.tensor([0, 3, 33, 69])
     return Case(q, q_pos, params=(k, v, q_pos, k_start))

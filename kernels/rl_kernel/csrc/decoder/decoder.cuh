@@ -194,7 +194,7 @@ __device__ __forceinline__ void gemm_tail(const float (*as)[RL_GEMM_BM + RL_GEMM
 
 // y[M, N] = x[M, K] (row stride ldx) . w[N, K]^T (+ bias[N]); blockIdx.x tiles n, blockIdx.y tiles m.
 template <class D>
-__global__ void __launch_bounds__(RL_GEMM_THREADS) linear_kernel(int64_t M, int64_t N, int64_t K,
+__global__ void __launch_bounds__(RL_GEMM_THREADS, 2) linear_kernel(int64_t M, int64_t N, int64_t K,
                                                                   const typename D::storage* x, int64_t ldx,
                                                                   const typename D::storage* w,
                                                                   const typename D::storage* bias,
@@ -339,29 +339,34 @@ constexpr int RL_ELEM_THREADS = 256;
 
 __device__ __forceinline__ int64_t elem_index() { return RL_ROW * RL_ELEM_THREADS + RL_TID; }
 
-// cos/sin[p, i] for p < P positions, i < half: positions[p] * inv_freq[i].
-__global__ void __launch_bounds__(RL_ELEM_THREADS) rope_table_kernel(int64_t P, int64_t half, const int64_t* pos,
+// cos/sin[p, i]: one block per position p (blockIdx.x), threads over i < half. No index is divided
+// (a runtime integer division compiles to the hardware reciprocal, which kernels_check rejects).
+constexpr int RL_ROPE_THREADS = 128;
+
+__global__ void __launch_bounds__(RL_ROPE_THREADS) rope_table_kernel(int64_t half, const int64_t* pos,
                                                                       const float* inv_freq, float* cos_out,
                                                                       float* sin_out) {
-  const int64_t e = elem_index();
-  if (e >= P * half) return;
-  const SinCos sc = rope_angle(pos[e / half], inv_freq[e % half]);
-  cos_out[e] = canonical(sc.c);
-  sin_out[e] = canonical(sc.s);
+  const int64_t p = RL_ROW;
+  for (int64_t i = RL_TID; i < half; i += RL_ROPE_THREADS) {
+    const SinCos sc = rope_angle(pos[p], inv_freq[i]);
+    cos_out[p * half + i] = canonical(sc.c);
+    sin_out[p * half + i] = canonical(sc.s);
+  }
 }
 
-// x [B, H, T, Dh] contiguous; cos/sin [B, T, Dh/2]. One thread per pair.
+// x [B, H, T, Dh] contiguous; cos/sin [B, T, Dh/2]. One block per (t, h, b) = (blockIdx.x, y, z), threads
+// over the pairs.
 template <class D>
-__global__ void __launch_bounds__(RL_ELEM_THREADS) rotary_kernel(int64_t B, int64_t H, int64_t T, int64_t Dh,
+__global__ void __launch_bounds__(RL_ROPE_THREADS) rotary_kernel(int64_t H, int64_t T, int64_t Dh,
                                                                   const typename D::storage* x, const float* cosv,
                                                                   const float* sinv, typename D::storage* out) {
-  const int64_t half = Dh / 2, e = elem_index();
-  if (e >= B * H * T * half) return;
-  const int64_t i = e % half, t = (e / half) % T, b = e / (half * T * H);
-  const int64_t at = (e / half) * Dh + i, cs = (b * T + t) * half + i;
-  const Pair p = rotate(D::load(x, at), D::load(x, at + half), cosv[cs], sinv[cs]);
-  out[at] = store_out<D>(p.a);
-  out[at + half] = store_out<D>(p.b);
+  const int64_t t = RL_ROW, h = RL_BLOCK_Y, b = RL_BLOCK_Z, half = Dh / 2;
+  const int64_t row = ((b * H + h) * T + t) * Dh, cs = (b * T + t) * half;
+  for (int64_t i = RL_TID; i < half; i += RL_ROPE_THREADS) {
+    const Pair p = rotate(D::load(x, row + i), D::load(x, row + i + half), cosv[cs + i], sinv[cs + i]);
+    out[row + i] = store_out<D>(p.a);
+    out[row + i + half] = store_out<D>(p.b);
+  }
 }
 
 template <class D>
@@ -385,13 +390,16 @@ __global__ void __launch_bounds__(RL_ELEM_THREADS) silu_mul_backward_kernel(int6
   du[e] = store_out<D>(p.b);
 }
 
-// ---- attention: one logical warp (32 lanes) per query row ----------------------------------------
-// Lane u computes the score of key u of a tile; the tile's max is a shuffle max (max is exact and
-// order-free up to a zero's sign, which no output shows); every lane then adds the tile's p in order
-// to l (the same bits in every lane), and lane d owns acc[d], acc[d + 32], ...: per key in order, one
-// fma_rn each. So every row runs section 11's loop exactly.
-constexpr int RL_ATTN_WARPS = 4;
+// ---- attention: one logical warp (32 lanes) per query row, a block per group of rows that share keys --
+// Block (blockIdx.x, y, z) = (query chunk, KV head, batch) holds qc query positions x the `group` query
+// heads of that KV head, a warp each, so all its rows read the same keys. Per tile the block stages the
+// 32 keys and values in shared memory (widened to fp32; key rows padded by 4 floats so that lane u's
+// 16-byte reads of row u hit distinct banks). Lane u computes the score of key u (its fma_rn chain over
+// d in order); the tile's max is a shuffle max (exact, order-free up to a zero's sign, which no output
+// shows); every lane adds the tile's p in order to l (the same bits in every lane), and lane d owns
+// acc[d], acc[d + 32], ...: per key in order, one fma_rn each. So every row runs section 11's loop.
 constexpr int RL_ATTN_PER_LANE = RL_ATTN_MAX_DIM / RL_WARP;
+constexpr int RL_ATTN_MAX_WARPS = 32;
 
 __device__ __forceinline__ float warp_max(float v) {
   RL_UNROLL(unroll)
@@ -399,28 +407,73 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// The score of one key row kr (shared, fp32) against q (shared, fp32): 16-byte reads when Dh % 4 == 0.
+__device__ __forceinline__ float attn_score_shared(const float* qs, const float* kr, int64_t Dh, float scale) {
+  float acc = 0.0f;
+  if ((Dh & 3) == 0) {
+    for (int64_t d = 0; d < Dh; d += 4) {
+      const float4 a = *reinterpret_cast<const float4*>(qs + d);
+      const float4 b = *reinterpret_cast<const float4*>(kr + d);
+      acc = fma_rn(a.x, b.x, acc);
+      acc = fma_rn(a.y, b.y, acc);
+      acc = fma_rn(a.z, b.z, acc);
+      acc = fma_rn(a.w, b.w, acc);
+    }
+  } else {
+    for (int64_t d = 0; d < Dh; ++d) acc = fma_rn(qs[d], kr[d], acc);
+  }
+  return acc * scale;
+}
+
+// Shared memory of a block: the key tile [32][Dh + 4], the value tile [32][Dh], one q row per warp.
+RL_HD int64_t attn_shared_floats(int64_t Dh, int warps) { return RL_ATTN_TILE * (Dh + 4) + RL_ATTN_TILE * Dh + warps * Dh; }
+
 // q [B, Hq, Tq, Dh], k/v [B, Hkv, Tk, Dh], q_pos [B, Tq], k_start [B]; o like q, stats [B, Hq, Tq, 2].
 template <class D>
-__global__ void __launch_bounds__(RL_ATTN_WARPS* RL_WARP) attention_kernel(
-    int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+__global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
+    int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, int group, int qc, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const int64_t* q_pos, const int64_t* k_start,
     float scale, typename D::storage* o, float* stats) {
-  const int64_t row = RL_ROW * RL_ATTN_WARPS + warp_id();
-  if (row >= rows) return;
-  const int lane = lane_id();
-  const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
-  const int64_t kvh = h / (Hq / Hkv);
-  const typename D::storage* qr = q + row * Dh;
+  extern __shared__ float sm[];
+  __shared__ int64_t last_key[RL_ATTN_MAX_WARPS];
+  const int warps = group * qc, threads = warps * RL_WARP, w = warp_id(), lane = lane_id();
+  float* kt = sm;
+  float* vt = kt + RL_ATTN_TILE * (Dh + 4);
+  float* qs = vt + RL_ATTN_TILE * Dh + w * Dh;
+  int tw = 0, gw = w;  // warp -> (query position in the chunk, head in the group), without a division
+  while (gw >= group) {
+    gw -= group;
+    ++tw;
+  }
+  const int64_t b = RL_BLOCK_Z, kvh = RL_BLOCK_Y, t = RL_ROW * qc + tw;
+  const bool active = t < Tq;
+  const int64_t row = (b * Hq + kvh * group + gw) * Tq + t;
   const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
   const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
-  const int64_t j0 = k_start[b], j1 = q_pos[b * Tq + t];
+  const int64_t j0 = k_start[b], j1 = active ? q_pos[b * Tq + t] : j0 - 1;
+  if (active)
+    for (int64_t d = lane; d < Dh; d += RL_WARP) qs[d] = D::load(q, row * Dh + d);
+  if (lane == 0) last_key[w] = j1;
+  RL_SYNC();
+  int64_t jend = j0 - 1;
+  for (int i = 0; i < warps; ++i) jend = last_key[i] > jend ? last_key[i] : jend;
   float acc[RL_ATTN_PER_LANE];
   RL_UNROLL(unroll)
   for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = 0.0f;
   float m = -RL_FLT_MAX, l = 0.0f;
-  for (int64_t t0 = j0; t0 <= j1; t0 += RL_ATTN_TILE) {
+  for (int64_t t0 = j0; t0 <= jend; t0 += RL_ATTN_TILE) {
+    const int nt = int(jend - t0 + 1 < RL_ATTN_TILE ? jend - t0 + 1 : RL_ATTN_TILE);
+    RL_SYNC();  // the previous tile is consumed
+    for (int u = 0; u < nt; ++u) {
+      for (int64_t d = RL_TID; d < Dh; d += threads) {
+        kt[u * (Dh + 4) + d] = D::load(kb, (t0 + u) * Dh + d);
+        vt[u * Dh + d] = D::load(vb, (t0 + u) * Dh + d);
+      }
+    }
+    RL_SYNC();
     const int n = int(j1 - t0 + 1 < RL_ATTN_TILE ? j1 - t0 + 1 : RL_ATTN_TILE);
-    const float s = lane < n ? attn_score<D>(qr, kb + (t0 + lane) * Dh, Dh, scale) : -RL_FLT_MAX;
+    if (n <= 0) continue;  // this row's keys ended before the tile (warp-uniform)
+    const float s = lane < n ? attn_score_shared(qs, kt + lane * (Dh + 4), Dh, scale) : -RL_FLT_MAX;
     const float mt = max_nan(m, warp_max(s));
     const float alpha = exp_fold(m - mt);
     const float p = exp_fold(s - mt);
@@ -430,15 +483,15 @@ __global__ void __launch_bounds__(RL_ATTN_WARPS* RL_WARP) attention_kernel(
     for (int u = 0; u < n; ++u) {
       const float pu = shfl_from(p, u);
       l = l + pu;
-      const typename D::storage* vu = vb + (t0 + u) * Dh;
       RL_UNROLL(unroll)
       for (int i = 0; i < RL_ATTN_PER_LANE; ++i) {
         const int64_t d = lane + RL_WARP * i;
-        if (d < Dh) acc[i] = fma_rn(pu, D::load(vu, d), acc[i]);
+        if (d < Dh) acc[i] = fma_rn(pu, vt[u * Dh + d], acc[i]);
       }
     }
     m = mt;
   }
+  if (!active) return;
   const bool empty = j1 < j0;
   const float r = (empty || attn_bad(m)) ? 0.0f : rcp_pos(l);
   RL_UNROLL(unroll)

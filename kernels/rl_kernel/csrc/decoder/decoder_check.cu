@@ -19,12 +19,12 @@ namespace rl {
                                                        const D::storage*, const float*, float, D::storage*);    \
   template __global__ void rms_norm_weight_grad_kernel<D>(int64_t, int64_t, const D::storage*, const D::storage*, \
                                                           const float*, D::storage*);                           \
-  template __global__ void rotary_kernel<D>(int64_t, int64_t, int64_t, int64_t, const D::storage*, const float*, \
+  template __global__ void rotary_kernel<D>(int64_t, int64_t, int64_t, const D::storage*, const float*,         \
                                             const float*, D::storage*);                                         \
   template __global__ void silu_mul_kernel<D>(int64_t, const D::storage*, const D::storage*, D::storage*);      \
   template __global__ void silu_mul_backward_kernel<D>(int64_t, const D::storage*, const D::storage*,           \
                                                        const D::storage*, D::storage*, D::storage*);            \
-  template __global__ void attention_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,            \
+  template __global__ void attention_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int, int,           \
                                                const D::storage*, const D::storage*, const D::storage*,         \
                                                const int64_t*, const int64_t*, float, D::storage*, float*);
 

@@ -64,15 +64,16 @@ struct GpuExec {
   }
 
   static void rope_table(int64_t P, int64_t half, const int64_t* pos, const float* inv_freq, float* c, float* s) {
-    launch_grid(rope_table_kernel, dim3(blocks_for(P * half, RL_ELEM_THREADS, "rope_table")), RL_ELEM_THREADS, 0, P,
-                half, pos, inv_freq, c, s);
+    launch_grid(rope_table_kernel, dim3(blocks_for(P, 1, "rope_table")), RL_ROPE_THREADS, 0, half, pos, inv_freq, c,
+                s);
   }
 
   template <class D>
   static void rotary(int64_t B, int64_t H, int64_t T, int64_t Dh, const typename D::storage* x, const float* cosv,
                      const float* sinv, typename D::storage* out) {
-    launch_grid(rotary_kernel<D>, dim3(blocks_for(B * H * T * (Dh / 2), RL_ELEM_THREADS, "rotary")), RL_ELEM_THREADS,
-                0, B, H, T, Dh, x, cosv, sinv, out);
+    TORCH_CHECK(B <= 65535 && H <= 65535, "rl_kernel: rotary takes at most 65535 sequences and heads on the GPU");
+    launch_grid(rotary_kernel<D>, dim3(blocks_for(T, 1, "rotary"), unsigned(H), unsigned(B)), RL_ROPE_THREADS, 0, H,
+                T, Dh, x, cosv, sinv, out);
   }
 
   template <class D>
@@ -89,13 +90,27 @@ struct GpuExec {
                 RL_ELEM_THREADS, 0, n, dy, g, u, dg, du);
   }
 
+  // A block per (chunk of qc query positions, KV head, sequence): qc x group warps, at most 8 unless a group
+  // alone is larger (at most 32 query heads per KV head).
   template <class D>
   static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
                         const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
                         const int64_t* q_pos, const int64_t* k_start, float scale, typename D::storage* o,
                         float* stats) {
-    launch_grid(attention_kernel<D>, dim3(blocks_for(rows, RL_ATTN_WARPS, "attention")), RL_ATTN_WARPS * RL_WARP, 0,
-                rows, Hq, Hkv, Tq, Tk, Dh, q, k, v, q_pos, k_start, scale, o, stats);
+    if (rows == 0) return;
+    const int64_t group = Hq / Hkv, B = rows / (Hq * Tq);
+    TORCH_CHECK(group <= RL_ATTN_MAX_WARPS, "rl_kernel: attention takes at most ", RL_ATTN_MAX_WARPS,
+                " query heads per KV head on the GPU, got ", group);
+    TORCH_CHECK(B <= 65535 && Hkv <= 65535, "rl_kernel: attention takes at most 65535 sequences and KV heads");
+    const int qc = int(group >= 8 ? 1 : 8 / group);
+    const int warps = int(group) * qc;
+    const size_t shared = size_t(attn_shared_floats(Dh, warps)) * sizeof(float);
+    if (shared > 48 * 1024)
+      C10_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(shared)));
+    const dim3 grid(blocks_for(Tq, qc, "attention"), unsigned(Hkv), unsigned(B));
+    launch_grid(attention_kernel<D>, grid, warps * RL_WARP, shared, Hq, Hkv, Tq, Tk, Dh, int(group), qc, q, k, v,
+                q_pos, k_start, scale, o, stats);
   }
 };
 
