@@ -71,7 +71,8 @@ def check_sources() -> list[Path]:
 # apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has no code
 # for any of them. The order and spelling must match numerics.h's mutation_from_env().
 MUTATIONS = {
-    "tree_order": "the row tree's top nodes joined left to right instead of folded from the right",
+    "tree_order": "the row tree's top nodes joined left to right instead of folded from the right "
+    "(on the GPU also a warp's shuffle levels in reverse)",
     "flush_boundary": "flush |x| <= 2^-126 instead of |x| < 2^-126",
     "tie_rounding": "fp16/bf16 gradients round ties up instead of to even",
     "exp_constant": "exp_fold's E3 one ulp larger",

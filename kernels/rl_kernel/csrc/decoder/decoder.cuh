@@ -248,6 +248,78 @@ __global__ void __launch_bounds__(RL_GEMM_THREADS, 2) linear_kernel(int64_t M, i
   }
 }
 
+// ---- linear for few rows (a decode step): one thread per output column ---------------------------
+// A 128 x 128 tile would leave most of the GPU idle at M = 1: here lane l of block j computes column
+// n = 32 j + l for up to RL_SKINNY_ROWS rows (blockIdx.y picks the rows), walking its weight row with
+// 16-byte loads (x is read alike by every lane: a broadcast). The chains are the tiled kernel's: k in
+// order from +0, one fma_rn each, so a row's bits do not depend on which kernel ran.
+constexpr int RL_SKINNY_ROWS = 16;
+
+template <class D>
+__device__ __forceinline__ void load8(const typename D::storage* p, float v[8]) {
+  if constexpr (sizeof(typename D::storage) == 2) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    RL_UNROLL(unroll)
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = D::from_bits(uint16_t(w[i] & 0xffffu));
+      v[2 * i + 1] = D::from_bits(uint16_t(w[i] >> 16));
+    }
+  } else {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+}
+
+// vec: every row of x and w starts 16-byte aligned and K % 8 == 0 (the host checks), so 8 elements load
+// at once; otherwise one at a time.
+template <class D, bool vec>
+__global__ void __launch_bounds__(RL_WARP) linear_skinny_kernel(int64_t M, int64_t N, int64_t K,
+                                                                const typename D::storage* x, int64_t ldx,
+                                                                const typename D::storage* w,
+                                                                const typename D::storage* bias,
+                                                                typename D::storage* y) {
+  const int64_t n = RL_ROW * RL_WARP + lane_id(), m0 = RL_BLOCK_Y * RL_SKINNY_ROWS;
+  if (n >= N) return;
+  const int rows = int(M - m0 < RL_SKINNY_ROWS ? M - m0 : RL_SKINNY_ROWS);
+  const typename D::storage* wr = w + n * K;
+  const typename D::storage* xr = x + m0 * ldx;
+  float acc[RL_SKINNY_ROWS];
+  RL_UNROLL(unroll)
+  for (int r = 0; r < RL_SKINNY_ROWS; ++r) acc[r] = 0.0f;
+  int64_t k = 0;
+  if constexpr (vec) {
+    RL_UNROLL(unroll 4)
+    for (; k + 8 <= K; k += 8) {
+      float wv[8];
+      load8<D>(wr + k, wv);
+      RL_UNROLL(unroll)
+      for (int r = 0; r < RL_SKINNY_ROWS; ++r) {
+        if (r >= rows) break;
+        float xv[8];
+        load8<D>(xr + r * ldx + k, xv);
+        RL_UNROLL(unroll)
+        for (int i = 0; i < 8; ++i) acc[r] = fma_rn(xv[i], wv[i], acc[r]);
+      }
+    }
+  }
+  for (; k < K; ++k) {
+    const float wk = D::load(wr, k);
+    RL_UNROLL(unroll)
+    for (int r = 0; r < RL_SKINNY_ROWS; ++r) {
+      if (r >= rows) break;
+      acc[r] = fma_rn(D::load(xr, r * ldx + k), wk, acc[r]);
+    }
+  }
+  const float b = bias == nullptr ? 0.0f : D::load(bias, n);
+  RL_UNROLL(unroll)
+  for (int r = 0; r < RL_SKINNY_ROWS; ++r) {
+    if (r >= rows) break;
+    y[(m0 + r) * N + n] = store_out<D>(bias == nullptr ? acc[r] : acc[r] + b);
+  }
+}
+
 // ---- RMSNorm: one block of RL_NORM_THREADS per row ----------------------------------------------
 // The row's chunk sums go to shared memory, padded with +0.0 to a power of two, and are joined level
 // by level: the perfect tree of section 2 (terms are never -0.0, so a padding +0.0 changes no node).

@@ -13,6 +13,10 @@ namespace rl {
 #define RL_INSTANTIATE_DECODER(D)                                                                               \
   template __global__ void linear_kernel<D>(int64_t, int64_t, int64_t, const D::storage*, int64_t,              \
                                             const D::storage*, const D::storage*, D::storage*);                 \
+  template __global__ void linear_skinny_kernel<D, true>(int64_t, int64_t, int64_t, const D::storage*, int64_t, \
+                                                         const D::storage*, const D::storage*, D::storage*);    \
+  template __global__ void linear_skinny_kernel<D, false>(int64_t, int64_t, int64_t, const D::storage*, int64_t, \
+                                                          const D::storage*, const D::storage*, D::storage*);   \
   template __global__ void rms_norm_kernel<D>(int64_t, const D::storage*, const D::storage*, float, float,      \
                                               D::storage*, float*);                                             \
   template __global__ void rms_norm_backward_kernel<D>(int64_t, const D::storage*, const D::storage*,           \

@@ -3,6 +3,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "../common/gpu_host.h"
 #include "decoder_ops.h"
 
 namespace rl {
@@ -17,6 +18,7 @@ unsigned blocks_for(int64_t n, int64_t per_block, const char* what) {
 template <class Kernel, class... Args>
 void launch_grid(Kernel kernel, dim3 grid, int threads, size_t shared, Args... args) {
   if (grid.x == 0 || grid.y == 0) return;
+  before_launch();
   kernel<<<grid, threads, shared, at::cuda::getCurrentCUDAStream()>>>(args...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -31,6 +33,24 @@ size_t norm_shared(int64_t H) {
   return size_t(width) * sizeof(float);
 }
 
+// Rows up to which one thread per column (linear_skinny_kernel) beats the 128 x 128 tiles (measured on
+// the H200: docs/benchmarks.md).
+constexpr int64_t RL_SKINNY_MAX_M = 4;
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+template <class D>
+void linear_skinny(int64_t M, int64_t N, int64_t K, const typename D::storage* x, int64_t ldx,
+                   const typename D::storage* w, const typename D::storage* bias, typename D::storage* y) {
+  const int64_t size = int64_t(sizeof(typename D::storage));
+  const bool vec = K % 8 == 0 && (ldx * size) % 16 == 0 && aligned16(x) && aligned16(w);
+  const dim3 grid(blocks_for(N, RL_WARP, "linear"), static_cast<unsigned>((M + RL_SKINNY_ROWS - 1) / RL_SKINNY_ROWS));
+  if (vec)
+    launch_grid(linear_skinny_kernel<D, true>, grid, RL_WARP, 0, M, N, K, x, ldx, w, bias, y);
+  else
+    launch_grid(linear_skinny_kernel<D, false>, grid, RL_WARP, 0, M, N, K, x, ldx, w, bias, y);
+}
+
 struct GpuExec {
   struct Guard {
     explicit Guard(const at::Tensor& t) : g(t.device()) {}
@@ -40,6 +60,7 @@ struct GpuExec {
   template <class D>
   static void linear(int64_t M, int64_t N, int64_t K, const typename D::storage* x, int64_t ldx,
                      const typename D::storage* w, const typename D::storage* bias, typename D::storage* y) {
+    if (M <= RL_SKINNY_MAX_M) return linear_skinny<D>(M, N, K, x, ldx, w, bias, y);
     const int64_t mt = (M + RL_GEMM_BM - 1) / RL_GEMM_BM;
     TORCH_CHECK(mt <= 65535, "rl_kernel: linear takes at most ", 65535 * RL_GEMM_BM, " rows per call, got ", M);
     const dim3 grid(blocks_for(N, RL_GEMM_BN, "linear"), static_cast<unsigned>(mt));

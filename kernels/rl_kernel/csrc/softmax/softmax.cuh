@@ -268,6 +268,15 @@ __device__ __forceinline__ Acc shfl_xor(Acc a, int mask) { return Acc{shfl_xor(a
 template <class P>
 __device__ __forceinline__ P warp_join(P v) {
   const int lane = lane_id();
+#if defined(RL_MUTATIONS)
+  if (RL_MUTATED(RL_MUT_TREE_ORDER)) {  // the shuffle levels in reverse: lanes l and l ^ 16 first, a wrong tree
+    for (int m = RL_WARP >> 1; m > 0; m >>= 1) {
+      const P o = shfl_xor(v, m);
+      v = (lane & m) ? join(o, v) : join(v, o);
+    }
+    return v;
+  }
+#endif
   RL_UNROLL(unroll)
   for (int m = 1; m < RL_WARP; m <<= 1) {
     const P o = shfl_xor(v, m);

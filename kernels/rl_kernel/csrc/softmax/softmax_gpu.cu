@@ -4,29 +4,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "../common/gpu_host.h"
 #include "softmax_ops.h"
 
 namespace rl {
 namespace {
 
-#if defined(RL_MUTATIONS)
-#if defined(USE_ROCM)
-#define RL_SYMBOL(x) HIP_SYMBOL(x)
-#else
-#define RL_SYMBOL(x) x
-#endif
-// The mutation build (rl_kernel.mutations) only: the selector, read once on the host,
-// copied to each device before its first launch.
-void sync_mutation() {
-  static std::atomic<bool> done[64];  // static storage: all false
-  int dev = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64 || done[dev].load()) return;
-  const int m = host_mutation();
-  C10_CUDA_CHECK(cudaMemcpyToSymbol(RL_SYMBOL(rl_mutation_device), &m, sizeof m));
-  done[dev] = true;
-}
-#endif
 
 // One block per row (per node of a row: the grid's y), in launches of at most max_rows_per_launch()
 // rows (launch.h): launch i runs rows launch_first_row(i) ..., passed to the kernel as row0.
