@@ -76,6 +76,8 @@ def test_specs_are_unique_and_named_by_family() -> None:
         "silu_mul",
         "silu_mul.up",
         "attention",
+        "attention.grad_q",
+        "attention.grad_kv",
         "attention.stats",
         "log_softmax",
         "token_logprobs",

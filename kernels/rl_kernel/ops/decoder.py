@@ -8,8 +8,8 @@
     o = rl_kernel.attention(q, k, v, q_pos, k_start)   # causal GQA, prefill and decode alike
 
 Every operator gives the same bits on the CPU (the golden reference) and on the GPU builds, for every
-batch size and batch order; linear, rms_norm, rotary and silu_mul are differentiable (their backward is
-deterministic and CPU == GPU too). The kernels are in csrc/decoder/, the numpy transcription of the
+batch size and batch order; every operator but rope_table is differentiable (each backward is
+deterministic, without atomics, and CPU == GPU too). The kernels are in csrc/decoder/, the numpy transcription of the
 contract in rl_kernel/reference/decoder.py.
 """
 
@@ -69,6 +69,11 @@ def _silu_mul_backward_fake(grad, gate, up):
 @register_fake("rl_kernel::attention")
 def _attention_fake(q, k, v, q_pos, k_start, scale):
     return torch.empty_like(q), q.new_empty((*q.shape[:-1], 2), dtype=torch.float32)
+
+
+@register_fake("rl_kernel::attention_backward")
+def _attention_backward_fake(grad, q, k, v, out, stats, q_pos, k_start, scale):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 # ---- linear -------------------------------------------------------------------------------------
@@ -217,15 +222,16 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, q_pos, k_start, scale):
-        out, _ = ops.attention(q, k, v, q_pos, k_start, scale)
+        out, stats = ops.attention(q, k, v, q_pos, k_start, scale)
+        ctx.save_for_backward(q, k, v, out, stats, q_pos, k_start)
+        ctx.scale = scale
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        raise NotImplementedError(
-            "rl_kernel.attention has no backward in the exact tier yet; train through another attention or "
-            "detach its inputs (the forward is what rollout and scoring need)"
-        )
+        q, k, v, out, stats, q_pos, k_start = ctx.saved_tensors
+        dq, dk, dv = ops.attention_backward(grad.contiguous(), q, k, v, out, stats, q_pos, k_start, ctx.scale)
+        return dq, dk, dv, None, None, None
 
 
 def attention(
@@ -392,6 +398,23 @@ def attention_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
     return Case(q, q_pos, params=(k, v, q_pos, k_start))
 
 
+def attention_grad_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    c = attention_case(size, dtype, seed)
+    return Case(c.logits, c.tokens, elem_grad=_elem_grad(tuple(c.logits.shape), dtype, seed), params=c.params)
+
+
+def attention_kv_case(size: int, dtype: torch.dtype, seed: int = 0) -> Case:
+    """k and v stacked as the differentiated input [2, B, Hkv, T, D] (both gradients in one digest)."""
+    c = attention_grad_case(size, dtype, seed)
+    k, v, q_pos, k_start = c.params
+    return Case(torch.stack([k, v]), c.tokens, elem_grad=c.elem_grad, params=(c.logits, q_pos, k_start))
+
+
+def _attention_kv(kv: torch.Tensor, c: Case) -> torch.Tensor:
+    q, q_pos, k_start = c.params
+    return attention(q, kv[0], kv[1], q_pos, k_start)
+
+
 def _fixed(case_fn):
     """A case function of (size, dtype) for the golden digests (seed 0)."""
 
@@ -416,5 +439,7 @@ SPECS = (
     _spec("silu_mul", lambda g, c: silu_mul(g, c.params[0]), "elem", silu_case),
     _spec("silu_mul.up", lambda u, c: silu_mul(c.params[0], u), "elem", silu_up_case),
     _spec("attention", lambda q, c: attention_with_stats(q, *c.params)[0], None, attention_case),
+    _spec("attention.grad_q", lambda q, c: attention(q, *c.params), "elem", attention_grad_case),
+    _spec("attention.grad_kv", lambda k, c: _attention_kv(k, c), "elem", attention_kv_case),
     _spec("attention.stats", lambda q, c: attention_with_stats(q, *c.params)[1], None, attention_case),
 )

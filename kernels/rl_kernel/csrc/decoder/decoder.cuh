@@ -132,6 +132,43 @@ inline void attention_row(const typename D::storage* q, const typename D::storag
   stats[1] = canonical(l);
 }
 
+// ---- attention backward (section 11) ----------------------------------------------------------
+// Per query row, from the forward's statistics and output: m, r = rcp_pos(l), Dr = dot(dO, O) (one fma_rn
+// chain over d). For each key j the row sees, p = exp_fold(s - m) * r and dS = p * (dot(dO, v_j) - Dr);
+// a bad row (m NaN or +inf) has p = dS = NaN. dq_i = scale * sum_j dS_ij k_j (j ascending); dk_j = scale
+// * sum dS_ij q_i and dv_j = sum p_ij dO_i over the query heads of j's KV head in order, then the rows i
+// that see j in order (one fma_rn chain each, from +0). The pair (i, j) gives the same (p, dS) wherever
+// it is computed: attn_grad_terms below.
+struct RowGrad {
+  float m, r, dr;
+  bool bad;
+};
+
+template <class D>
+RL_HD RowGrad attn_row_grad(const float* stats, const typename D::storage* o, const typename D::storage* go,
+                            int64_t Dh) {
+  const float m = stats[0];
+  const bool bad = attn_bad(m);
+  float dr = 0.0f;
+  for (int64_t d = 0; d < Dh; ++d) dr = fma_rn(D::load(go, d), D::load(o, d), dr);
+  return RowGrad{m, bad ? 0.0f : rcp_pos(stats[1]), dr, bad};
+}
+
+RL_HD Pair attn_grad_terms(float s, float dp, const RowGrad& g) {
+  if (g.bad) return Pair{canonical_nan(), canonical_nan()};
+  const float p = exp_fold(s - g.m) * g.r;
+  return Pair{p, p * (dp - g.dr)};
+}
+
+template <class D>
+RL_HD Pair attn_pair_grad(const typename D::storage* q, const typename D::storage* go, const typename D::storage* k,
+                          const typename D::storage* v, int64_t Dh, float scale, const RowGrad& g) {
+  const float s = attn_score<D>(q, k, Dh, scale);
+  float dp = 0.0f;
+  for (int64_t d = 0; d < Dh; ++d) dp = fma_rn(D::load(go, d), D::load(v, d), dp);
+  return attn_grad_terms(s, dp, g);
+}
+
 // ============================ GPU kernels ====================================
 #if defined(RL_GPU_COMPILE)
 
@@ -575,6 +612,124 @@ __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
   if (lane == 0) {
     stats[2 * row] = attn_stat_m(m);
     stats[2 * row + 1] = canonical(l);
+  }
+}
+
+// ---- attention backward on the GPU: a warp per query row (dq), a warp per key row (dk, dv) -----------
+// Lane u takes key u (dq) or query u (dk, dv) of a tile of 32 and computes that pair's (p, dS); then lane
+// d owns the outputs' d, d + 32, ...: per pair in order, one fma_rn each. Grids are (rows of a head,
+// head, sequence), so no index is divided.
+constexpr int RL_ATTN_BWD_WARPS = 4;
+
+__device__ __forceinline__ int64_t kv_head_of(int64_t h, int64_t group) {
+  int64_t kvh = 0;
+  for (int64_t left = h; left >= group; left -= group) ++kvh;
+  return kvh;
+}
+
+// rowg [B, Hq, Tq, 4]: m, r, Dr, bad (as 0/1), a thread per query row.
+template <class D>
+__global__ void __launch_bounds__(128) attention_row_grad_kernel(int64_t Hq, int64_t Tq, int64_t Dh,
+                                                                  const float* stats, const typename D::storage* o,
+                                                                  const typename D::storage* go, float* rowg) {
+  const int64_t t = RL_ROW * 128 + RL_TID, h = RL_BLOCK_Y, b = RL_BLOCK_Z;
+  if (t >= Tq) return;
+  const int64_t row = (b * Hq + h) * Tq + t;
+  const RowGrad g = attn_row_grad<D>(stats + 2 * row, o + row * Dh, go + row * Dh, Dh);
+  rowg[4 * row] = g.m;
+  rowg[4 * row + 1] = g.r;
+  rowg[4 * row + 2] = g.dr;
+  rowg[4 * row + 3] = g.bad ? 1.0f : 0.0f;
+}
+
+__device__ __forceinline__ RowGrad row_grad_at(const float* rowg, int64_t row) {
+  return RowGrad{rowg[4 * row], rowg[4 * row + 1], rowg[4 * row + 2], rowg[4 * row + 3] != 0.0f};
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dq_kernel(
+    int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+    const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
+    const int64_t* k_start, const float* rowg, float scale, typename D::storage* dq) {
+  const int64_t t = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), h = RL_BLOCK_Y, b = RL_BLOCK_Z;
+  if (t >= Tq) return;
+  const int lane = lane_id();
+  const int64_t row = (b * Hq + h) * Tq + t, kvh = kv_head_of(h, Hq / Hkv);
+  const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
+  const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
+  const RowGrad g = row_grad_at(rowg, row);
+  const int64_t j0 = k_start[b], j1 = q_pos[b * Tq + t];
+  float acc[RL_ATTN_PER_LANE];
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = 0.0f;
+  for (int64_t t0 = j0; t0 <= j1; t0 += RL_WARP) {
+    const int n = int(j1 - t0 + 1 < RL_WARP ? j1 - t0 + 1 : RL_WARP);
+    const float ds = lane < n ? attn_pair_grad<D>(q + row * Dh, go + row * Dh, kb + (t0 + lane) * Dh,
+                                                  vb + (t0 + lane) * Dh, Dh, scale, g).b
+                              : 0.0f;
+    for (int u = 0; u < n; ++u) {
+      const float du = shfl_from(ds, u);
+      RL_UNROLL(unroll)
+      for (int i = 0; i < RL_ATTN_PER_LANE; ++i) {
+        const int64_t d = lane + RL_WARP * i;
+        if (d < Dh) acc[i] = fma_rn(du, D::load(kb, (t0 + u) * Dh + d), acc[i]);
+      }
+    }
+  }
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_ATTN_PER_LANE; ++i) {
+    const int64_t d = lane + RL_WARP * i;
+    if (d < Dh) dq[row * Dh + d] = store_out<D>(acc[i] * scale);
+  }
+}
+
+template <class D>
+__global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dkv_kernel(
+    int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+    const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
+    const int64_t* k_start, const float* rowg, float scale, typename D::storage* dk, typename D::storage* dv) {
+  const int64_t j = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), kvh = RL_BLOCK_Y, b = RL_BLOCK_Z;
+  if (j >= Tk) return;
+  const int lane = lane_id();
+  const int64_t group = Hq / Hkv, kvrow = (b * Hkv + kvh) * Tk + j;
+  const typename D::storage* kj = k + kvrow * Dh;
+  const typename D::storage* vj = v + kvrow * Dh;
+  const bool seen = j >= k_start[b];
+  float ak[RL_ATTN_PER_LANE], av[RL_ATTN_PER_LANE];
+  RL_UNROLL(unroll)
+  for (int i = 0; i < RL_ATTN_PER_LANE; ++i) ak[i] = av[i] = 0.0f;
+  for (int64_t g = 0; g < group && seen; ++g) {
+    const int64_t h = kvh * group + g;
+    for (int64_t i0 = 0; i0 < Tq; i0 += RL_WARP) {
+      const int64_t i = i0 + lane;
+      const bool mine = i < Tq && j <= q_pos[b * Tq + (i < Tq ? i : 0)];
+      const int64_t row = (b * Hq + h) * Tq + i;
+      Pair pg{0.0f, 0.0f};
+      if (mine) pg = attn_pair_grad<D>(q + row * Dh, go + row * Dh, kj, vj, Dh, scale, row_grad_at(rowg, row));
+      const float flag = mine ? 1.0f : 0.0f;
+      const int n = int(Tq - i0 < RL_WARP ? Tq - i0 : RL_WARP);
+      for (int u = 0; u < n; ++u) {
+        const float pu = shfl_from(pg.a, u), du = shfl_from(pg.b, u);
+        if (shfl_from(flag, u) == 0.0f) continue;  // the pair is not seen: no term (the same in every lane)
+        const int64_t ru = ((b * Hq + h) * Tq + i0 + u) * Dh;
+        RL_UNROLL(unroll)
+        for (int c = 0; c < RL_ATTN_PER_LANE; ++c) {
+          const int64_t d = lane + RL_WARP * c;
+          if (d < Dh) {
+            ak[c] = fma_rn(du, D::load(q, ru + d), ak[c]);
+            av[c] = fma_rn(pu, D::load(go, ru + d), av[c]);
+          }
+        }
+      }
+    }
+  }
+  RL_UNROLL(unroll)
+  for (int c = 0; c < RL_ATTN_PER_LANE; ++c) {
+    const int64_t d = lane + RL_WARP * c;
+    if (d < Dh) {
+      dk[kvrow * Dh + d] = store_out<D>(ak[c] * scale);
+      dv[kvrow * Dh + d] = store_out<D>(av[c]);
+    }
   }
 }
 

@@ -129,6 +129,51 @@ struct CpuExec {
                        stats + 2 * row, acc.data());
     });
   }
+
+  template <class D>
+  static void attention_backward(int64_t B, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
+                                 const typename D::storage* go, const typename D::storage* q,
+                                 const typename D::storage* k, const typename D::storage* v,
+                                 const typename D::storage* o, const float* stats, const int64_t* q_pos,
+                                 const int64_t* k_start, float scale, typename D::storage* dq, typename D::storage* dk,
+                                 typename D::storage* dv) {
+    const int64_t rows = B * Hq * Tq, group = Hq / Hkv;
+    std::vector<RowGrad> rg(static_cast<size_t>(rows));
+    for_rows(rows, [&](int64_t row) { rg[row] = attn_row_grad<D>(stats + 2 * row, o + row * Dh, go + row * Dh, Dh); });
+    // dq: per query row, keys j0 .. j1 ascending.
+    for_rows(rows, [&](int64_t row) {
+      const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
+      const int64_t kv = (b * Hkv + h / group) * Tk * Dh;
+      std::vector<float> acc(static_cast<size_t>(Dh), 0.0f);
+      for (int64_t j = k_start[b]; j <= q_pos[b * Tq + t]; ++j) {
+        const float ds = attn_pair_grad<D>(q + row * Dh, go + row * Dh, k + kv + j * Dh, v + kv + j * Dh, Dh, scale,
+                                           rg[row]).b;
+        for (int64_t d = 0; d < Dh; ++d) acc[d] = fma_rn(ds, D::load(k, kv + j * Dh + d), acc[d]);
+      }
+      for (int64_t d = 0; d < Dh; ++d) dq[row * Dh + d] = store_out<D>(acc[d] * scale);
+    });
+    // dk, dv: per key row, the group's query heads in order, then the rows that see the key in order.
+    for_rows(B * Hkv * Tk, [&](int64_t kvrow) {
+      const int64_t j = kvrow % Tk, kvh = (kvrow / Tk) % Hkv, b = kvrow / (Tk * Hkv);
+      std::vector<float> ak(static_cast<size_t>(Dh), 0.0f), av(static_cast<size_t>(Dh), 0.0f);
+      for (int64_t g = 0; g < group && j >= k_start[b]; ++g) {
+        for (int64_t i = 0; i < Tq; ++i) {
+          if (j > q_pos[b * Tq + i]) continue;
+          const int64_t row = (b * Hq + kvh * group + g) * Tq + i;
+          const Pair pg = attn_pair_grad<D>(q + row * Dh, go + row * Dh, k + kvrow * Dh, v + kvrow * Dh, Dh, scale,
+                                            rg[row]);
+          for (int64_t d = 0; d < Dh; ++d) {
+            ak[d] = fma_rn(pg.b, D::load(q, row * Dh + d), ak[d]);
+            av[d] = fma_rn(pg.a, D::load(go, row * Dh + d), av[d]);
+          }
+        }
+      }
+      for (int64_t d = 0; d < Dh; ++d) {
+        dk[kvrow * Dh + d] = store_out<D>(ak[d] * scale);
+        dv[kvrow * Dh + d] = store_out<D>(av[d]);
+      }
+    });
+  }
 };
 
 }  // namespace
@@ -143,6 +188,9 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("silu_mul_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale) -> (Tensor, Tensor)");
+  m.def(
+      "attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, Tensor q_pos, "
+      "Tensor k_start, float scale) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_decoder<rl::CpuExec>(m); }

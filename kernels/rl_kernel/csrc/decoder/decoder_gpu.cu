@@ -133,6 +133,25 @@ struct GpuExec {
     launch_grid(attention_kernel<D>, grid, warps * RL_WARP, shared, Hq, Hkv, Tq, Tk, Dh, int(group), qc, q, k, v,
                 q_pos, k_start, scale, o, stats);
   }
+
+  template <class D>
+  static void attention_backward(int64_t B, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
+                                 const typename D::storage* go, const typename D::storage* q,
+                                 const typename D::storage* k, const typename D::storage* v,
+                                 const typename D::storage* o, const float* stats, const int64_t* q_pos,
+                                 const int64_t* k_start, float scale, typename D::storage* dq, typename D::storage* dk,
+                                 typename D::storage* dv) {
+    if (B == 0 || Hq == 0) return;
+    TORCH_CHECK(B <= 65535 && Hq <= 65535, "rl_kernel: attention takes at most 65535 sequences and heads");
+    at::Tensor rowg = at::empty({B * Hq * Tq * 4}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
+    float* rg = rowg.data_ptr<float>();
+    launch_grid(attention_row_grad_kernel<D>, dim3(blocks_for(Tq, 128, "attention"), unsigned(Hq), unsigned(B)), 128,
+                0, Hq, Tq, Dh, stats, o, go, rg);
+    launch_grid(attention_dq_kernel<D>, dim3(blocks_for(Tq, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hq), unsigned(B)),
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dq);
+    launch_grid(attention_dkv_kernel<D>, dim3(blocks_for(Tk, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hkv), unsigned(B)),
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dk, dv);
+  }
 };
 
 }  // namespace

@@ -218,12 +218,44 @@ std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::T
   return {o, stats};
 }
 
+// Backward of attention_op from its output and statistics: (dq, dk, dv) in q's dtype.
+template <class Exec>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_op(const at::Tensor& grad, const at::Tensor& q,
+                                                                     const at::Tensor& k, const at::Tensor& v,
+                                                                     const at::Tensor& out, const at::Tensor& stats,
+                                                                     const at::Tensor& q_pos,
+                                                                     const at::Tensor& k_start, double scale) {
+  check_like(grad, q, "grad", "q");
+  check_like(out, q, "out", "q");
+  TORCH_CHECK(grad.sizes() == q.sizes() && out.sizes() == q.sizes(), "rl_kernel: grad and out must be shaped like q ",
+              q.sizes());
+  TORCH_CHECK(stats.scalar_type() == at::kFloat && stats.dim() == 4 && stats.size(3) == 2 &&
+                  stats.numel() == 2 * q.numel() / q.size(3),
+              "rl_kernel: stats must be the float32 [batch, heads, q_len, 2] statistics attention returned");
+  const typename Exec::Guard guard(q);
+  const at::Tensor g = grad.contiguous(), qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  const at::Tensor oc = out.contiguous(), st = stats.contiguous(), qp = q_pos.contiguous(), ks = k_start.contiguous();
+  at::Tensor dq = at::empty_like(qc), dk = at::empty_like(kc), dv = at::empty_like(vc);
+  const int64_t B = q.size(0), Hq = q.size(1), Tq = q.size(2), Dh = q.size(3), Hkv = k.size(1), Tk = k.size(2);
+  dispatch_dtype(q, [&](auto d) {
+    using D = decltype(d);
+    using S = typename D::storage;
+    Exec::template attention_backward<D>(B, Hq, Hkv, Tq, Tk, Dh, data_of<D>(g), data_of<D>(qc), data_of<D>(kc),
+                                         data_of<D>(vc), data_of<D>(oc), st.const_data_ptr<float>(),
+                                         qp.const_data_ptr<int64_t>(), ks.const_data_ptr<int64_t>(), float(scale),
+                                         reinterpret_cast<S*>(dq.data_ptr()), reinterpret_cast<S*>(dk.data_ptr()),
+                                         reinterpret_cast<S*>(dv.data_ptr()));
+  });
+  return {dq, dk, dv};
+}
+
 // Registers one executor's decoder operators under the dispatch key of m.
 template <class Exec>
 void impl_decoder(torch::Library& m) {
   impl_ops(m, "linear", &linear_op<Exec>, "rms_norm", &rms_norm_op<Exec>, "rms_norm_backward",
            &rms_norm_backward_op<Exec>, "rope_table", &rope_table_op<Exec>, "rotary", &rotary_op<Exec>, "silu_mul",
-           &silu_mul_op<Exec>, "silu_mul_backward", &silu_mul_backward_op<Exec>, "attention", &attention_op<Exec>);
+           &silu_mul_op<Exec>, "silu_mul_backward", &silu_mul_backward_op<Exec>, "attention", &attention_op<Exec>,
+           "attention_backward", &attention_backward_op<Exec>);
 }
 
 }  // namespace rl
