@@ -7,6 +7,7 @@ switched on (its negative control). clang 19 is installed by .ci/run, so in CI
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -45,12 +46,28 @@ def test_hip_targets_clean_with_contract_flags() -> None:
     assert "FAIL" not in proc.stdout
 
 
+# Kernels a contracting build must change, by family: each has a product feeding a sum in plain code.
+# (linear's chains are explicit fma_rn only, so a contracting build cannot change them: its own negative
+# control is the split-K check of tests/kernels/test_decoder.py.)
+CONTRACTIBLE = {
+    "softmax": ("log_softmax_kernel", "entropy_kernel", "token_logprobs_kernel"),
+    "decoder": ("rms_norm_kernel", "rotary_kernel", "attention_kernel", "silu_mul_backward_kernel", "rope_table_kernel"),
+}
+
+
 @needs_clang
-def test_contracted_build_is_caught() -> None:
-    proc = run_check("--only", "hip", extra="-ffp-contract=fast")
+def test_contracted_build_is_caught(tmp_path: Path) -> None:
+    report = tmp_path / "bad.json"
+    proc = run_check("--only", "hip", "--json", str(report), extra="-ffp-contract=fast")
     assert proc.returncode == 1, proc.stdout
     assert "contracted FMA" in proc.stdout
     assert proc.stdout.count("FAIL") == len(kernels_check.HIP_TARGETS)
+    results = json.loads(report.read_text())
+    for result in results if isinstance(results, list) else results["results"]:
+        flagged = " ".join(v for v in result["violations"] if "contracted FMA" in v)
+        for family, kernels in CONTRACTIBLE.items():
+            for kernel in kernels:
+                assert f"{len(kernel)}{kernel}" in flagged, f"{result['target']}: {family}'s {kernel} not flagged"
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")

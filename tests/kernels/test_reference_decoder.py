@@ -4,7 +4,8 @@ docs/numerics.md section 11) bit for bit.
 Every equality compares integer views, never allclose. The accuracy of the transcription's scalar functions
 against float64 is checked with explicit, measured bounds (these are not equality claims). Negative controls
 show that a slightly wrong transcription (the linear chain in reverse k order, attention tiles counted from
-key 0) differs from the CPU build on these inputs, so the comparisons can fail.
+key 0, attention's dk and dv over the query rows in descending order, its dS as p*dp - p*Dr) differs from
+the CPU build on these inputs, so the comparisons can fail.
 """
 
 from __future__ import annotations
@@ -319,6 +320,70 @@ def test_attention_decode_rows_equal_reference(dtype: torch.dtype) -> None:
     assert (cpu_bits(out)[2, :, 0] == 0).all()
 
 
+def attention_grads(q, k, v, q_pos, k_start, do, scale: float | None = None):
+    """The CPU build's (dq, dk, dv) through autograd, checked equal to the operator called directly on
+    attention_with_stats' (out, stats)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    grads = torch.autograd.grad(rl_kernel.attention(*leaves, q_pos, k_start, scale), leaves, grad_outputs=do)
+    out, stats = attention_with_stats(q, k, v, q_pos, k_start, scale)
+    direct = torch.ops.rl_kernel.attention_backward(do, q, k, v, out, stats, q_pos, k_start, scale)
+    for name, a, b in zip(("dq", "dk", "dv"), grads, direct, strict=True):
+        assert_same(cpu_bits(a), cpu_bits(b), f"{name}: autograd == attention_backward")
+    return tuple(cpu_bits(g) for g in grads)
+
+
+def reference_attention_backward(q, k, v, q_pos, k_start, do, scale: float | None = None, **variant):
+    """The transcription's (dq, dk, dv) from the transcription's own forward (out bits widened, stats)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    o_ref, st_ref = reference_attention(q, k, v, q_pos, k_start, scale)
+    o = R.load_bits(o_ref, q.dtype)
+    qk = (q_pos.numpy(), k_start.numpy(), scale, q.dtype)
+    return R.attention_backward(widen(do), widen(q), widen(k), widen(v), o, st_ref, *qk, **variant)
+
+
+def assert_grads_same(got, want) -> None:
+    for name, g, w in zip(("dq", "dk", "dv"), got, want, strict=True):
+        assert_same(g, w, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("dh", HEAD_DIMS)
+def test_attention_backward_equals_reference(dh: int, dtype: torch.dtype) -> None:
+    """attention_inputs' cases (GQA 4 over 2, 70 keys, left padding 0, 3, 33, 69, a NaN key, an inf query)."""
+    q, k, v, q_pos, k_start = attention_inputs(dh, dtype, seed=dh)
+    do = rand(tuple(q.shape), dtype, dh + 3)
+    dq, dk, dv = attention_grads(q, k, v, q_pos, k_start, do)
+    assert_grads_same((dq, dk, dv), reference_attention_backward(q, k, v, q_pos, k_start, do))
+    # The contract's edge cases, on the CPU's bits.
+    nan = C.store_bits(C.CANONICAL_NAN, dtype)
+    assert (dq[3, :, :69] == 0).all(), "a row that sees no key gets +0"
+    for b, j0 in enumerate((0, 3, 33, 69)):
+        assert (dk[b, :, :j0] == 0).all() and (dv[b, :, :j0] == 0).all(), "keys before k_start get +0"
+    assert (dq[1, :2, 40:] == nan).all() and (dq[1, :2, :40] != nan).all(), "rows that see the NaN key are bad"
+    assert (dk[1, 0, 3:] == nan).all() and (dv[1, 0, 3:] == nan).all(), "a bad row poisons every key it sees"
+    assert (dq[2, 3, 50] == nan).all() and (dk[2, 1, 33:51] == nan).all()
+    assert (dk[2, 1, 51:] != nan).all() and (dk[2, 0] != nan).all()
+    for g in (dq, dk, dv):  # not vacuous: 47 % to 56 % are ordinary numbers (the rest padding zeros, NaN)
+        assert ((g != 0) & (g != nan)).mean() > 0.4
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_attention_backward_decode_rows_equal_reference(dtype: torch.dtype) -> None:
+    """Tq = 3 rows over a 70-key cache, no GQA, an explicit scale: keys no row sees get +0, and so does a row
+    whose q_pos is below k_start."""
+    dh = 16
+    q = rand((3, 2, 3, dh), dtype, 40, 2.0)
+    k, v = rand((3, 2, 70, dh), dtype, 41), rand((3, 2, 70, dh), dtype, 42)
+    q_pos = torch.tensor([[10, 45, 69], [31, 32, 64], [4, 40, 69]])
+    k_start = torch.tensor([0, 1, 5])
+    do = rand(tuple(q.shape), dtype, 43)
+    dq, dk, dv = attention_grads(q, k, v, q_pos, k_start, do, 0.3)
+    assert_grads_same((dq, dk, dv), reference_attention_backward(q, k, v, q_pos, k_start, do, 0.3))
+    assert (dq[2, :, 0] == 0).all() and (dk[1, :, 65:] == 0).all() and (dv[1, :, 65:] == 0).all()
+    assert (dk[1, :, 1:65] != 0).all()
+
+
 # ---------------------------------------------------------------- negative controls
 
 
@@ -341,6 +406,23 @@ def test_negative_control_attention_tiles_from_zero(dtype: torch.dtype) -> None:
     assert differ > 0, "tiles counted from 0 must differ"
     if dtype == torch.float32:
         assert (cpu_bits(out) != o_wrong).any()
+
+
+def test_negative_control_attention_backward() -> None:
+    """Wrong transcriptions of the backward differ from the CPU build (fp32, where the chains' last bits are
+    kept): dk and dv with the query rows in descending order (dq unchanged; measured 6464 and 6872 of 19040
+    differ), and dS = p*dp - p*Dr (dv unchanged; 12076 of 38080 dq and 4943 of 19040 dk differ). In bf16 and
+    fp16 the final rounding hides almost all of these (0 to 13 elements), so fp32 carries the control."""
+    q, k, v, q_pos, k_start = attention_inputs(34, torch.float32, seed=34)
+    do = rand(tuple(q.shape), torch.float32, 37)
+    dq, dk, dv = attention_grads(q, k, v, q_pos, k_start, do)
+    assert_grads_same((dq, dk, dv), reference_attention_backward(q, k, v, q_pos, k_start, do))
+    wq, wk, wv = reference_attention_backward(q, k, v, q_pos, k_start, do, row_order=range(69, -1, -1))
+    assert_same(dq, wq, "dq (the row order is dk's and dv's)")
+    assert (dk != wk).sum() > dk.size // 5 and (dv != wv).sum() > dv.size // 5, "descending rows must differ"
+    wq, wk, wv = reference_attention_backward(q, k, v, q_pos, k_start, do, split_ds=True)
+    assert_same(dv, wv, "dv (no dS in it)")
+    assert (dq != wq).sum() > dq.size // 5 and (dk != wk).sum() > dk.size // 10, "p*dp - p*Dr must differ"
 
 
 # ---------------------------------------------------------------- accuracy of the scalars (float64)

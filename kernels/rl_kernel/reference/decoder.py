@@ -371,3 +371,71 @@ def attention(
     o = np.where(empty[:, None], ZERO, o)
     stats = np.stack([canonical(no_neg_zero(m)), canonical(lsum)], axis=-1)
     return store_out(o, dtype).reshape(b_, hq, tq, dh), stats.reshape(b_, hq, tq, 2)
+
+
+@_quiet
+def attention_backward(
+    do,
+    q,
+    k,
+    v,
+    o,
+    stats,
+    q_pos,
+    k_start,
+    scale: float,
+    dtype: torch.dtype,
+    row_order: Sequence[int] | None = None,
+    split_ds: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The backward of attention (11.2) from its output o and statistics (m, l): (dq, dk, dv) bits.
+
+    Per row: bad = m NaN or +inf; r = 0 if bad else rcp_pos(l); Dr = fma_rn chain over d of dO*O from +0.
+    Per pair (i, j) with k_start[b] <= j <= q_pos[b, i]: s = the forward's score, dp = fma_rn chain over d of
+    dO_i*v_j from +0; p = exp_fold(s - m) * r, dS = p * (dp - Dr) (both canonical NaN if bad).
+    dq_i = store_out(acc * scale), acc the chain over the keys j the row sees, ascending, of fma_rn(dS, k_j).
+    dk_j = store_out(ak * scale), dv_j = store_out(av): chains from +0 over the query heads g of j's KV head
+    in order, then the rows i that see j in order (the others add no term) of fma_rn(dS, q_i), fma_rn(p, dO_i).
+    Wrong variants for the negative controls: row_order replaces the order of i in dk and dv; split_ds
+    computes dS as p*dp - p*Dr.
+    """
+    do, q, k, v, o, stats = (_f32(a) for a in (do, q, k, v, o, stats))
+    b_, hq, tq, dh = q.shape
+    hkv, tk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    vh = v[:, np.arange(hq) // group]  # [B, Hq, Tk, D]
+    kh = k[:, np.arange(hq) // group]
+    q_pos, k_start = np.asarray(q_pos, dtype=np.int64), np.asarray(k_start, dtype=np.int64)
+    keys = np.arange(tk)
+    sees = (keys[None, None, :] >= k_start[:, None, None]) & (keys[None, None, :] <= q_pos[:, :, None])  # [B, Tq, Tk]
+
+    m = stats[..., 0]
+    bad = ~(m <= FLT_MAX)
+    r = np.where(bad, ZERO, rcp_pos(stats[..., 1]))
+    dr = np.zeros((b_, hq, tq), dtype=F32)
+    dp = np.zeros((b_, hq, tq, tk), dtype=F32)
+    for d in range(dh):
+        dr = fma_rn(do[..., d], o[..., d], dr)
+        dp = fma_rn(do[:, :, :, None, d], vh[:, :, None, :, d], dp)
+    s = attention_scores(q, k, scale)
+    p = exp_fold(s - m[..., None]) * r[..., None]
+    ds = p * dp - p * dr[..., None] if split_ds else p * (dp - dr[..., None])
+    p = np.where(bad[..., None], CANONICAL_NAN, p)
+    ds = np.where(bad[..., None], CANONICAL_NAN, ds)
+
+    acc = np.zeros(q.shape, dtype=F32)
+    for j in range(tk):
+        acc = np.where(sees[:, None, :, j, None], fma_rn(ds[..., j, None], kh[:, :, None, j], acc), acc)
+    dq = store_out(acc * F32(scale), dtype)
+
+    grouped = (b_, hkv, group, tq)  # query head h = kvh * group + g
+    qg, dog = q.reshape(*grouped, dh), do.reshape(*grouped, dh)
+    dsg, pg = ds.reshape(*grouped, tk), p.reshape(*grouped, tk)
+    ak = np.zeros(k.shape, dtype=F32)
+    av = np.zeros(v.shape, dtype=F32)
+    for g in range(group):
+        for i in range(tq) if row_order is None else row_order:
+            ok = sees[:, None, i, :, None]  # [B, 1, Tk, 1]
+            ak = np.where(ok, fma_rn(dsg[:, :, g, i, :, None], qg[:, :, g, i, None, :], ak), ak)
+            av = np.where(ok, fma_rn(pg[:, :, g, i, :, None], dog[:, :, g, i, None, :], av), av)
+    return dq, store_out(ak * F32(scale), dtype), store_out(av, dtype)
