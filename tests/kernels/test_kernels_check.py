@@ -51,7 +51,13 @@ def test_hip_targets_clean_with_contract_flags() -> None:
 # control is the split-K check of tests/kernels/test_decoder.py.)
 CONTRACTIBLE = {
     "softmax": ("log_softmax_kernel", "entropy_kernel", "token_logprobs_kernel"),
-    "decoder": ("rms_norm_kernel", "rotary_kernel", "attention_kernel", "silu_mul_backward_kernel", "rope_table_kernel"),
+    "decoder": (
+        "rms_norm_kernel",
+        "rotary_kernel",
+        "attention_kernel",
+        "silu_mul_backward_kernel",
+        "rope_table_kernel",
+    ),
 }
 
 
