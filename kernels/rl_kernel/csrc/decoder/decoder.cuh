@@ -618,7 +618,7 @@ __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
 // ---- attention backward on the GPU: a warp per query row (dq), a warp per key row (dk, dv) -----------
 // Lane u takes key u (dq) or query u (dk, dv) of a tile of 32 and computes that pair's (p, dS); then lane
 // d owns the outputs' d, d + 32, ...: per pair in order, one fma_rn each. Grids are (rows of a head,
-// head, sequence), so no index is divided.
+// head, sequence) and the group size comes from the host, so no index is divided.
 constexpr int RL_ATTN_BWD_WARPS = 4;
 
 __device__ __forceinline__ int64_t kv_head_of(int64_t h, int64_t group) {
@@ -648,13 +648,13 @@ __device__ __forceinline__ RowGrad row_grad_at(const float* rowg, int64_t row) {
 
 template <class D>
 __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dq_kernel(
-    int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+    int64_t Hq, int64_t Hkv, int64_t group, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
     const int64_t* k_start, const float* rowg, float scale, typename D::storage* dq) {
   const int64_t t = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), h = RL_BLOCK_Y, b = RL_BLOCK_Z;
   if (t >= Tq) return;
   const int lane = lane_id();
-  const int64_t row = (b * Hq + h) * Tq + t, kvh = kv_head_of(h, Hq / Hkv);
+  const int64_t row = (b * Hq + h) * Tq + t, kvh = kv_head_of(h, group);
   const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
   const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
   const RowGrad g = row_grad_at(rowg, row);
@@ -685,13 +685,13 @@ __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dq_kerne
 
 template <class D>
 __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dkv_kernel(
-    int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
+    int64_t Hq, int64_t Hkv, int64_t group, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
     const int64_t* k_start, const float* rowg, float scale, typename D::storage* dk, typename D::storage* dv) {
   const int64_t j = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), kvh = RL_BLOCK_Y, b = RL_BLOCK_Z;
   if (j >= Tk) return;
   const int lane = lane_id();
-  const int64_t group = Hq / Hkv, kvrow = (b * Hkv + kvh) * Tk + j;
+  const int64_t kvrow = (b * Hkv + kvh) * Tk + j;
   const typename D::storage* kj = k + kvrow * Dh;
   const typename D::storage* vj = v + kvrow * Dh;
   const bool seen = j >= k_start[b];

@@ -33,10 +33,12 @@ namespace rl {
                                                const int64_t*, const int64_t*, float, D::storage*, float*);     \
   template __global__ void attention_row_grad_kernel<D>(int64_t, int64_t, int64_t, const float*, const D::storage*, \
                                                         const D::storage*, float*);                             \
-  template __global__ void attention_dq_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, const D::storage*, \
+  template __global__ void attention_dq_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,          \
+                                                  const D::storage*,                                            \
                                                   const D::storage*, const D::storage*, const D::storage*,      \
                                                   const int64_t*, const int64_t*, const float*, float, D::storage*); \
-  template __global__ void attention_dkv_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, const D::storage*, \
+  template __global__ void attention_dkv_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,         \
+                                                   const D::storage*,                                           \
                                                    const D::storage*, const D::storage*, const D::storage*,     \
                                                    const int64_t*, const int64_t*, const float*, float, D::storage*, \
                                                    D::storage*);

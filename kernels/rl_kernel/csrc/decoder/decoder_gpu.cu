@@ -148,9 +148,10 @@ struct GpuExec {
     launch_grid(attention_row_grad_kernel<D>, dim3(blocks_for(Tq, 128, "attention"), unsigned(Hq), unsigned(B)), 128,
                 0, Hq, Tq, Dh, stats, o, go, rg);
     launch_grid(attention_dq_kernel<D>, dim3(blocks_for(Tq, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hq), unsigned(B)),
-                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dq);
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dq);
     launch_grid(attention_dkv_kernel<D>, dim3(blocks_for(Tk, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hkv), unsigned(B)),
-                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dk, dv);
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dk,
+                dv);
   }
 };
 
