@@ -10,25 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from bit_checks import assert_bits, dname
 
 import rl_kernel
 from rl_kernel import inputs
-from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.bitwise import bits_equal
 from rl_kernel.ops import decoder
 from rl_kernel.tiny_decoder import DecoderConfig, TinyDecoder, split_k_linear, split_kv_attention
 
 DTYPES = inputs.DTYPES
 SPECS = {s.name: s for s in decoder.SPECS}
-
-
-def dname(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    assert bits_equal(got, want), f"{what}: {diff(got, want).summary()}"
 
 
 def rand(shape: tuple[int, ...], dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from bit_checks import cpu_bits, dname
 
 import rl_kernel
 import rl_kernel.reference as S
@@ -19,18 +20,6 @@ VOCABS = (1, 7, 8, 9, 255, 256, 257, 2048, 2049, 5000, 151936)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 IGNORE = -100
 ops = torch.ops.rl_kernel  # the operators themselves, for the row statistics they return
-_UINT = {torch.float32: (torch.int32, np.uint32), torch.bfloat16: (torch.int16, np.uint16)}
-_UINT[torch.float16] = _UINT[torch.bfloat16]
-
-
-def dname(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def cpu_bits(t: torch.Tensor) -> np.ndarray:
-    """A torch tensor's bits as unsigned integers (uint32 for fp32, uint16 for bf16/fp16)."""
-    ti, nu = _UINT[t.dtype]
-    return t.detach().cpu().contiguous().view(ti).numpy().view(nu)
 
 
 def f32_bits(*values) -> np.ndarray:

@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from bit_checks import cpu_bits, dname
 
 import rl_kernel
 from rl_kernel.ops.decoder import attention_with_stats
@@ -24,18 +25,6 @@ from rl_kernel.reference import decoder as R
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 HEAD_DIMS = (2, 16, 34)
 NAN, INF = float("nan"), float("inf")
-_UINT = {torch.float32: (torch.int32, np.uint32), torch.bfloat16: (torch.int16, np.uint16)}
-_UINT[torch.float16] = _UINT[torch.bfloat16]
-
-
-def dname(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def cpu_bits(t: torch.Tensor) -> np.ndarray:
-    """A torch tensor's bits as unsigned integers (uint32 for fp32, uint16 for bf16/fp16)."""
-    ti, nu = _UINT[t.dtype]
-    return t.detach().cpu().contiguous().view(ti).numpy().view(nu)
 
 
 def f32_bits(a) -> np.ndarray:

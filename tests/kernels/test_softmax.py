@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from bit_checks import assert_bits, dname
 
 import rl_kernel
 from rl_kernel import inputs
-from rl_kernel.bitwise import bits_equal, diff, int_view
+from rl_kernel.bitwise import int_view
 from rl_kernel.ops import Case, softmax
 
 # The family's differentiable operators, from its OpSpecs (rl_kernel.ops.softmax.SPECS).
@@ -31,10 +32,6 @@ NORMAL, ONE_NAN, ALL_NEG_INF, SOME_NEG_INF, POS_INF, SIGNED_ZEROS, SUBNORMALS, H
 BAD_ROWS = (ONE_NAN, ALL_NEG_INF, POS_INF)
 
 
-def dname(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 def rows_for(vocab: int) -> int:
     """Batch size that keeps the whole file fast on 2 cores (even, for [B, T, V] reshapes)."""
     if vocab <= 257:
@@ -46,12 +43,6 @@ def rows_for(vocab: int) -> int:
 
 def run(op: str, x: torch.Tensor, t: torch.Tensor, ignore_index: int = IGNORE) -> torch.Tensor:
     return SPECS[op].forward(x, Case(x, t, ignore_index=ignore_index))
-
-
-def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str = "") -> None:
-    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    assert bits_equal(got, want), f"{what}: {diff(got, want).summary()}"
 
 
 def case(vocab: int, dtype: torch.dtype, device: str = "cpu", rows: int | None = None, seed: int = 0):
