@@ -26,3 +26,17 @@ def cpu_bits(t: torch.Tensor) -> np.ndarray:
     """A torch tensor's bits as unsigned integers (uint32 for fp32, uint16 for bf16/fp16)."""
     ti, nu = _UINT[t.dtype]
     return t.detach().cpu().contiguous().view(ti).numpy().view(nu)
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
+    """Two numpy bit arrays (the CPU build's and the transcription's) are equal; names the first difference."""
+    assert got.dtype == want.dtype, f"{what}: {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    bad = np.flatnonzero(got != want)
+    if bad.size:
+        i = int(bad[0])
+        w = 8 if got.dtype == np.uint32 else 4
+        raise AssertionError(
+            f"{what}: {bad.size} of {got.size} differ; first at {np.unravel_index(i, got.shape)}: "
+            f"cpu 0x{int(got.flat[i]):0{w}x}, spec 0x{int(want.flat[i]):0{w}x}"
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from bit_checks import cpu_bits, dname
+from bit_checks import assert_same, cpu_bits, dname
 
 import rl_kernel
 import rl_kernel.reference as S
@@ -25,19 +25,6 @@ ops = torch.ops.rl_kernel  # the operators themselves, for the row statistics th
 def f32_bits(*values) -> np.ndarray:
     """float32 spec values (scalars or arrays) as one uint32 array."""
     return S.bits_of(np.concatenate([np.atleast_1d(S._f32(v)) for v in values]))
-
-
-def assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.dtype == want.dtype, f"{what}: {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    bad = np.flatnonzero(got != want)
-    if bad.size:
-        i = int(bad[0])
-        w = 8 if got.dtype == np.uint32 else 4
-        raise AssertionError(
-            f"{what}: {bad.size} of {got.size} differ; first at {i}: cpu 0x{int(got.flat[i]):0{w}x}, "
-            f"spec 0x{int(want.flat[i]):0{w}x}"
-        )
 
 
 # ---------------------------------------------------------------- inputs

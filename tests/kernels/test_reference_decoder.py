@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from bit_checks import cpu_bits, dname
+from bit_checks import assert_same, cpu_bits, dname
 
 import rl_kernel
 from rl_kernel.ops.decoder import attention_with_stats
@@ -35,19 +35,6 @@ def f32_bits(a) -> np.ndarray:
 def widen(t: torch.Tensor) -> np.ndarray:
     """A torch tensor's values, widened exactly to float32 (section 1)."""
     return C.row_to_f32(t)
-
-
-def assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.dtype == want.dtype, f"{what}: {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    bad = np.flatnonzero(got != want)
-    if bad.size:
-        i = int(bad[0])
-        w = 8 if got.dtype == np.uint32 else 4
-        raise AssertionError(
-            f"{what}: {bad.size} of {got.size} differ; first at {np.unravel_index(i, got.shape)}: "
-            f"cpu 0x{int(got.flat[i]):0{w}x}, spec 0x{int(want.flat[i]):0{w}x}"
-        )
 
 
 def rand(shape: tuple[int, ...], dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
