@@ -9,7 +9,8 @@ arithmetic are fixed by docs/numerics.md. This is the `exact` tier.
     ent  = rl_kernel.entropy(logits)                      # [...], fp32
 
 and the layers of a decoder in the same tier (rl_kernel.ops.decoder): linear, rms_norm, rope_table,
-rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode).
+rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode), and a seeded
+Gumbel-max sampler that draws the same tokens on every device (rl_kernel.ops.sampling: gumbel_argmax).
 
 This module only re-exports: the operators live in rl_kernel.ops.<family>.
 """
@@ -28,6 +29,7 @@ from rl_kernel.ops.decoder import (
     rotary,
     silu_mul,
 )
+from rl_kernel.ops.sampling import gumbel_argmax
 from rl_kernel.ops.softmax import (
     BitwiseLogSoftmax,
     entropy,
@@ -43,6 +45,7 @@ __all__ = [
     "attention",
     "bitwise",
     "entropy",
+    "gumbel_argmax",
     "has_gpu_kernels",
     "linear",
     "log_softmax",

@@ -1,3 +1,17 @@
-"""Framework adapters (vLLM, SGLang, Megatron, FSDP, ...) land here: thin layers that route a
-framework's log-prob, norm or attention calls to rl_kernel's operators. Empty until the model
-issues fill it."""
+"""Framework adapters: thin layers that route a framework's calls to rl_kernel's exact tier.
+
+- rl_kernel.integrations.transformers: patch(model) for Hugging Face Llama / Qwen2 / Qwen3 models, so that
+  generate() and the training forward agree bit for bit, and GumbelSampler (imports transformers).
+- the log-prob helpers of verl, TRL and OpenRLHF, with their signatures (frameworks.py; torch only).
+"""
+
+from __future__ import annotations
+
+from rl_kernel.integrations.frameworks import (
+    entropy_from_logits,
+    log_probs_from_logits,
+    logprobs_from_logits,
+    selective_log_softmax,
+)
+
+__all__ = ["entropy_from_logits", "log_probs_from_logits", "logprobs_from_logits", "selective_log_softmax"]

@@ -1,0 +1,284 @@
+"""Hugging Face transformers models in the exact tier: `generate()` and the training forward agree bit for bit.
+
+    from rl_kernel.integrations.transformers import patch, GumbelSampler
+    model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2, Qwen3
+    out = model.generate(ids, attention_mask=mask, output_logits=True, return_dict_in_generate=True,
+                         do_sample=False, logits_processor=LogitsProcessorList([GumbelSampler(seed=0)]))
+    logits = model(input_ids=out.sequences, attention_mask=full_mask).logits   # the same bits
+
+patch() swaps, in place, every layer whose arithmetic differs between a decode step and a prefill, or
+between devices, for rl_kernel's exact tier (docs/numerics.md sections 11 and 12):
+
+- the linear layers (q/k/v/o with Qwen2's biases, gate/up/down, lm_head): rl_kernel.linear, whose row
+  is one fma chain whatever the batch;
+- the RMSNorms (Qwen3's q_norm/k_norm included): rl_kernel.rms_norm;
+- the rotary embedding's cos/sin: rl_kernel.rope_table over rope_inv_freq (default or llama3 scaling);
+- the MLP's SiLU x up: rl_kernel.silu_mul;
+- attention, through transformers' attention function registry (ALL_ATTENTION_FUNCTIONS): rl_kernel.attention.
+
+What stays Hugging Face's is elementwise IEEE arithmetic (the embedding gather, residual adds, the rotary
+multiply-adds, dtype casts): each op is one correctly rounded result on every device. Position ids and the
+first valid key of each row come from the attention mask, the same way in generate() and in a plain
+forward: position = (number of 1s up to the token) - 1. So a sequence's logits do not depend on the
+batch, its order, left or right padding, or decode vs prefill.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import transformers
+from torch import nn
+from transformers import LogitsProcessor
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from rl_kernel.ops import decoder as L
+from rl_kernel.ops.sampling import gumbel_argmax
+
+ATTENTION = "rl_kernel_exact"  # the name registered in transformers' AttentionInterface
+TIERS = ("exact",)
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+ROPE_TYPES = ("default", "llama3")
+TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
+_STATE = "_rl_kernel_patch"
+
+
+# ---- the swapped layers ---------------------------------------------------------------------------
+def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return L.linear(x, self.weight, self.bias)
+
+
+def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return L.rms_norm(x, self.weight, self.variance_epsilon)
+
+
+def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(L.silu_mul(self.gate_proj(x), self.up_proj(x)))
+
+
+def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype, from the contract's sin_cos."""
+    cos, sin = L.rope_table(position_ids.to(torch.int64).contiguous(), self._rl_inv_freq.to(position_ids.device))
+    return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
+
+
+_FORWARDS: dict[str, Callable] = {"linear": _linear_forward, "rms_norm": _rms_norm_forward, "mlp": _mlp_forward,
+                                  "rotary": _rotary_forward}
+
+
+def _kind(module: nn.Module) -> str | None:
+    """Which swap a module takes: by type for linear layers, by the class name's suffix for the others."""
+    if isinstance(module, nn.Linear):
+        return "linear"
+    name = type(module).__name__
+    for suffix, kind in (("RMSNorm", "rms_norm"), ("MLP", "mlp"), ("RotaryEmbedding", "rotary")):
+        if name.endswith(suffix):
+            return kind
+    return None
+
+
+@functools.cache
+def _exact_class(cls: type, kind: str) -> type:
+    """A subclass of cls whose forward is the exact tier's (one per class, so isinstance still holds)."""
+    return type(f"Exact{cls.__name__}", (cls,), {"forward": _FORWARDS[kind], "_rl_original": cls})
+
+
+# ---- attention: registered with transformers, fed by the patched model's forward -------------------
+def exact_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature over rl_kernel.attention. The query rows' slots and each
+    sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's forward."""
+    q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
+    if q_pos is None or k_start is None:
+        raise RuntimeError(
+            f"rl_kernel: the {ATTENTION!r} attention needs the positions its patched model's forward derives; "
+            "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
+        )
+    if dropout:
+        raise ValueError(f"rl_kernel: the exact tier has no attention dropout (got {dropout}); set attention_dropout=0")
+    out = L.attention(query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def positions(attention_mask: torch.Tensor, new: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(position_ids [B, new], q_pos [B, new], k_start [B]) of the last `new` tokens of a [B, past + new]
+    mask with one run of 1s per row: position = 1s so far - 1 (0 on padding), q_pos = the token's slot,
+    k_start = the row's first 1."""
+    _, k_start = L.positions_from_mask(attention_mask)
+    b, total = attention_mask.shape
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, total - new :].contiguous()
+    q_pos = (torch.arange(total - new, total, device=attention_mask.device)).expand(b, new).contiguous()
+    return pos, q_pos, k_start
+
+
+def _model_forward(original: Callable) -> Callable:
+    """The base model's forward with position ids, query slots and first keys derived from the mask."""
+    sig = inspect.signature(original)
+    var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        args_ = sig.bind_partial(*args, **kwargs).arguments
+        extra = dict(args_.pop(var_kw, {})) if var_kw else {}
+        ref = args_.get("input_ids") if args_.get("input_ids") is not None else args_.get("inputs_embeds")
+        if ref is None:
+            raise ValueError("rl_kernel: the patched model needs input_ids or inputs_embeds")
+        b, t = ref.shape[:2]
+        cache = args_.get("cache", args_.get("past_key_values"))
+        past = int(cache.get_seq_length()) if cache is not None else 0
+        mask = args_.get("attention_mask")
+        if mask is None:
+            mask = torch.ones(b, past + t, dtype=torch.long, device=ref.device)
+        if mask.dim() != 2 or tuple(mask.shape) != (b, past + t):
+            raise ValueError(
+                f"rl_kernel: the patched model takes a 2-d attention_mask [batch, cache + new] = [{b}, {past + t}] "
+                f"(1 = token, 0 = padding, one run of 1s per row), got {tuple(mask.shape)}"
+            )
+        pos, q_pos, k_start = positions(mask, t)
+        given = args_.get("position_ids")
+        if given is not None and bool(((given.to(pos.device) != pos) & (mask[:, past:] != 0)).any()):
+            raise ValueError(
+                "rl_kernel: position_ids differ from those of the attention mask (1s so far - 1); packed or "
+                "shifted positions are not supported in the exact tier: pass the mask alone"
+            )
+        args_["position_ids"] = pos
+        return original(**args_, **extra, rl_q_pos=q_pos, rl_k_start=k_start)
+
+    return forward
+
+
+# ---- what a model must be --------------------------------------------------------------------------
+def _supported(model: nn.Module) -> None:
+    names = {c.__name__ for c in type(model).__mro__}
+    if not names & set(ARCHITECTURES):
+        raise TypeError(
+            f"rl_kernel: patch supports {', '.join(ARCHITECTURES)}; got {type(model).__name__}"
+        )
+    c = model.config
+    if getattr(c, "hidden_act", "silu") != "silu":
+        raise ValueError(f"rl_kernel: hidden_act {c.hidden_act!r} is not supported (supported: 'silu')")
+    if getattr(c, "use_sliding_window", False) or any(
+        kind != "full_attention" for kind in (getattr(c, "layer_types", None) or [])
+    ):
+        raise ValueError("rl_kernel: sliding-window attention is not supported (supported: full causal attention)")
+    if getattr(c, "attention_dropout", 0.0):
+        raise ValueError(f"rl_kernel: attention_dropout must be 0 in the exact tier, got {c.attention_dropout}")
+    rope = _rope_parameters(c)
+    if rope.get("rope_type", "default") not in ROPE_TYPES:
+        raise ValueError(
+            f"rl_kernel: rope scaling {rope.get('rope_type')!r} is not supported (supported: {', '.join(ROPE_TYPES)})"
+        )
+    if rope.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ValueError("rl_kernel: partial rotary embeddings are not supported (partial_rotary_factor must be 1)")
+    dtypes = {p.dtype for p in model.parameters()}
+    if len(dtypes) != 1 or not dtypes <= {torch.float32, torch.bfloat16, torch.float16}:
+        raise ValueError(f"rl_kernel: the parameters must share one of float32/bfloat16/float16, got {dtypes}")
+
+
+def _rope_parameters(config: Any) -> dict:
+    """The rope settings (transformers 5's config.rope_parameters, else rope_theta + rope_scaling)."""
+    rope = dict(getattr(config, "rope_parameters", None) or {})
+    rope.setdefault("rope_theta", getattr(config, "rope_theta", 10000.0))
+    rope.update({k: v for k, v in (getattr(config, "rope_scaling", None) or {}).items() if k not in rope})
+    if "type" in rope and "rope_type" not in rope:
+        rope["rope_type"] = rope["type"]
+    return rope
+
+
+def _head_dim(config: Any) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+# ---- patch / unpatch -------------------------------------------------------------------------------
+def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
+    """Put a loaded Llama / Qwen2 / Qwen3 causal LM (transformers 5) in the exact tier, in place; returns it.
+    unpatch(model) restores it. Raises TypeError / ValueError naming what is supported otherwise."""
+    if tier not in TIERS:
+        raise ValueError(f"rl_kernel: tier {tier!r} is not available (available: {', '.join(TIERS)})")
+    if hasattr(model, _STATE):
+        raise ValueError("rl_kernel: this model is already patched (unpatch it first)")
+    _supported(model)
+    ALL_ATTENTION_FUNCTIONS.register(ATTENTION, exact_attention)
+    rope = _rope_parameters(model.config)
+    inv_freq = L.rope_inv_freq(_head_dim(model.config), float(rope["rope_theta"]), rope)
+    for module in model.modules():
+        kind = _kind(module)
+        if kind is None:
+            continue
+        if kind == "rotary":
+            module._rl_inv_freq = inv_freq
+        module.__class__ = _exact_class(type(module), kind)
+    base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    base.forward = _model_forward(base.forward)
+    setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base})
+    model.config._attn_implementation = ATTENTION
+    return model
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo patch(model): the original layer classes, forward and attention implementation."""
+    state = getattr(model, _STATE, None)
+    if state is None:
+        raise ValueError("rl_kernel: this model is not patched")
+    for module in model.modules():
+        original = type(module).__dict__.get("_rl_original")
+        if original is not None:
+            module.__class__ = original
+            module.__dict__.pop("_rl_inv_freq", None)
+    del state["base"].forward
+    model.config._attn_implementation = state["attn"]
+    delattr(model, _STATE)
+    return model
+
+
+def is_patched(model: nn.Module) -> bool:
+    return hasattr(model, _STATE)
+
+
+# ---- sampling --------------------------------------------------------------------------------------
+class GumbelSampler(LogitsProcessor):
+    """A logits processor that draws the next token with rl_kernel.gumbel_argmax and leaves only it finite,
+    so greedy decoding (do_sample=False) takes it: the same whole sequences on every device.
+
+    The draw of row b at length L is a function of (seed, keys[b], L) and the scores; keys default to the
+    row numbers (pass a stable id per prompt to draw the same tokens whatever the batch). temperature
+    divides the scores first, as frameworks do (one IEEE division)."""
+
+    def __init__(self, seed: int, temperature: float = 1.0, keys: torch.Tensor | None = None) -> None:
+        if not temperature > 0:
+            raise ValueError(f"rl_kernel: temperature must be > 0, got {temperature}")
+        self.seed, self.temperature, self.keys = int(seed), float(temperature), keys
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        keys = None if self.keys is None else self.keys.to(scores.device)
+        token = gumbel_argmax(scores, self.seed, int(input_ids.shape[1]), keys)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter_(1, token[:, None], 0.0)
+
+
+__all__ = [
+    "ARCHITECTURES",
+    "ATTENTION",
+    "GumbelSampler",
+    "TRANSFORMERS_RANGE",
+    "exact_attention",
+    "is_patched",
+    "patch",
+    "positions",
+    "transformers",
+    "unpatch",
+]

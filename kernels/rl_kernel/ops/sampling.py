@@ -1,0 +1,62 @@
+"""The sampling family: a seeded Gumbel-max draw that picks the same token on every device (docs/numerics.md
+section 12).
+
+    tokens = rl_kernel.gumbel_argmax(scores, seed=1234, step=t, keys=sequence_ids)
+
+Element i of a row gets the noise -log(-log(u)), u a pure function of (seed, the row's key, step, i)
+through a counter-based hash (no generator state), with the contract's log; the draw is the lowest
+index of the largest score + noise. So a token drawn from softmax(scores) is the same on the CPU (the
+golden reference) and on every GPU build, whatever the batch or its order, as long as a sequence keeps
+its key. The kernel is in csrc/sampling/, its numpy transcription in rl_kernel/reference/sampling.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_kernel._library import ops, register_fake
+from rl_kernel._validate import check_logits
+from rl_kernel.ops import softmax
+from rl_kernel.ops.spec import Case, OpSpec
+
+FAMILY = "sampling"
+SPEC_SEED, SPEC_STEP = 20261201, 7  # the seed and step of the checked and golden draws
+
+
+@register_fake("rl_kernel::gumbel_argmax")
+def _gumbel_argmax_fake(scores, keys, seed, step):
+    return keys.new_empty(scores.shape[:-1])
+
+
+def gumbel_argmax(scores: torch.Tensor, seed: int, step: int, keys: torch.Tensor | None = None) -> torch.Tensor:
+    """A draw from softmax(scores) per row of scores [..., V], int64 [...]: argmax_i(scores_i + g_i) with the
+    lowest index among equals, g_i Gumbel noise from (seed, keys[row], step, i). keys (int64 [...], a
+    stable id per sequence) default to the row numbers. A NaN score counts as -inf; temperature, top-k and
+    other processing are the caller's (apply them to scores first)."""
+    check_logits(scores, "scores")
+    if keys is None:
+        keys = torch.arange(scores[..., 0].numel(), device=scores.device).view(scores.shape[:-1])
+    if not isinstance(keys, torch.Tensor) or keys.dtype != torch.int64:
+        raise TypeError(f"rl_kernel: keys must be an int64 tensor, got {getattr(keys, 'dtype', type(keys))}")
+    for name, v in (("seed", seed), ("step", step)):
+        if not isinstance(v, int) or not -(2**63) <= v < 2**63:
+            raise ValueError(f"rl_kernel: {name} must be an int64 Python int, got {v!r}")
+    return ops.gumbel_argmax(scores, keys.to(scores.device), seed, step)
+
+
+def _row_keys(x: torch.Tensor) -> torch.Tensor:
+    """Keys that are not the row numbers (a sequence id is any int64): 7919 * row + 3."""
+    return torch.arange(x.shape[0], device=x.device) * 7919 + 3
+
+
+SPECS = (
+    OpSpec(
+        "gumbel_argmax",
+        FAMILY,
+        lambda x, c: gumbel_argmax(x, SPEC_SEED, SPEC_STEP, _row_keys(x)),
+        None,
+        softmax.golden_case,
+        softmax.check_case,
+        softmax.GOLDEN_VOCABS,
+    ),
+)
