@@ -1,0 +1,300 @@
+"""The model workload: an RL step over a real Hugging Face model, as the frameworks run it.
+
+A tiny random-weight Llama / Qwen2 / Qwen3 (built from a config, no download; weights drawn on the CPU from
+a seed, so every device holds the same bits) is put in the exact tier (rl_kernel.integrations.transformers)
+and then:
+
+rollout: generate() over prompts of mixed lengths (left padded), greedy or with the seeded Gumbel sampler,
+keeping each step's logits; and a continuous-batching replay, whose decode steps batch whichever sequences
+are running (they join and leave at different steps, in a rotating order), each from its own KV cache.
+training: teacher-forced forwards over micro-batches of another size (right padded), token log-probs, a
+GRPO clipped surrogate, backward and an AdamW step; twice.
+
+The suite (test_model.py) checks that the rollout's logits equal the training forward's bit for bit, that
+every importance ratio of the first step is exactly 1.0, and that two runs give the same weights. The
+unpatched model beside it is the stock control. A shape [batch, new tokens, vocab] is run for every family.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+import transformers
+from transformers import LogitsProcessorList
+
+import rl_kernel
+from rl_kernel.integrations import transformers as hf
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+MAX_PROMPT = 8  # prompts are 2 .. MAX_PROMPT tokens
+PAD = 0
+CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
+LEARNING_RATE = 1e-3
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ---- the model ---------------------------------------------------------------------------------------
+def config(family: str, vocab: int, layers: int = 2, hidden: int = 64) -> transformers.PretrainedConfig:
+    """A small config of the family with what it has that others lack: Llama 3's rope scaling, Qwen2's
+    q/k/v biases and tied embeddings, Qwen3's q/k norms."""
+    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
+                  pad_token_id=PAD, bos_token_id=None, eos_token_id=None, attention_dropout=0.0)
+    if family == "llama":
+        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+        return transformers.LlamaConfig(**common, rope_parameters=rope)
+    if family == "qwen2":
+        return transformers.Qwen2Config(**common, tie_word_embeddings=True, use_sliding_window=False)
+    if family == "qwen3":
+        return transformers.Qwen3Config(**common, use_sliding_window=False)
+    raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+
+
+def build(family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu",
+          layers: int = 2, hidden: int = 64) -> transformers.PreTrainedModel:
+    """The family's model with weights from seed, made on the CPU in float32, then cast and moved."""
+    torch.manual_seed(seed)  # from_config's own init, overwritten below
+    model = transformers.AutoModelForCausalLM.from_config(config(family, vocab, layers, hidden))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            w = torch.randn(p.shape, generator=g)
+            if name.endswith("norm.weight"):
+                w = 1.0 + 0.1 * w
+            elif name.endswith("bias"):
+                w = 0.1 * w
+            elif p.dim() == 2 and "embed" not in name:
+                w = w * p.shape[1] ** -0.5
+            p.copy_(w)
+    return model.to(DTYPES[dtype]).to(device)
+
+
+# ---- the batch ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Prompts:
+    ids: torch.Tensor  # [B, P] left padded with PAD
+    mask: torch.Tensor  # [B, P]
+    lengths: tuple[int, ...]
+
+
+def prompts(batch: int, vocab: int, seed: int) -> Prompts:
+    g = torch.Generator().manual_seed(seed + 11)
+    lengths = [int(x) for x in torch.randint(2, MAX_PROMPT + 1, (batch,), generator=g)]
+    width = max(lengths)
+    ids = torch.full((batch, width), PAD, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, width - n :] = torch.randint(1, vocab, (n,), generator=g)
+        mask[b, width - n :] = 1
+    return Prompts(ids, mask, tuple(lengths))
+
+
+@dataclass(frozen=True)
+class Rollout:
+    sequences: torch.Tensor  # [B, P + N] on the CPU: the prompts (left padded) and the completions
+    logits: torch.Tensor  # [B, N, V] fp32 on the CPU: the logits each completion token was drawn from
+    prompt_width: int
+
+    @property
+    def completions(self) -> torch.Tensor:
+        return self.sequences[:, self.prompt_width :]
+
+
+def generate(model, p: Prompts, new: int, seed: int | None, device) -> Rollout:
+    """model.generate(): greedy (seed None) or with rl_kernel's Gumbel sampler (keys: the prompt's number)."""
+    processors = None
+    if seed is not None:
+        keys = torch.arange(p.ids.shape[0]) * 7 + 1
+        processors = LogitsProcessorList([hf.GumbelSampler(seed, keys=keys)])
+    with torch.no_grad():
+        out = model.generate(p.ids.to(device), attention_mask=p.mask.to(device), max_new_tokens=new,
+                             min_new_tokens=new, do_sample=False, logits_processor=processors, pad_token_id=PAD,
+                             output_logits=True, return_dict_in_generate=True)
+    return Rollout(out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(), p.ids.shape[1])
+
+
+def full_mask(p: Prompts, new: int) -> torch.Tensor:
+    return torch.cat([p.mask, torch.ones(p.mask.shape[0], new, dtype=torch.long)], 1)
+
+
+# ---- the training forward's views of the same sequences -----------------------------------------------
+def unpadded(r: Rollout, p: Prompts, b: int) -> torch.Tensor:
+    """Sequence b without its padding: prompt + completion, [L]."""
+    return r.sequences[b, r.prompt_width - p.lengths[b] :]
+
+
+def completion_logits(model, seqs: list[torch.Tensor], new: int, device, right: bool) -> list[torch.Tensor]:
+    """One forward over the sequences padded to one width (right or left): each one's logits at the positions
+    that score its `new` completion tokens, [new, V] fp32 on the CPU."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        cols = slice(0, len(s)) if right else slice(width - len(s), width)
+        ids[i, cols], mask[i, cols] = s, 1
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()
+    out = []
+    for i, s in enumerate(seqs):
+        end = len(s) if right else width  # one past the sequence's last token
+        out.append(logits[i, end - new - 1 : end - 1])
+    return out
+
+
+def forward_views(model, r: Rollout, p: Prompts, device) -> dict[str, torch.Tensor]:
+    """The completion logits [B, N, V] of teacher-forced forwards that see the batch four ways."""
+    new, batch = r.completions.shape[1], r.sequences.shape[0]
+    seqs = [unpadded(r, p, b) for b in range(batch)]
+    order = torch.randperm(batch, generator=torch.Generator().manual_seed(batch)).tolist()
+    shuffled = completion_logits(model, [seqs[i] for i in order], new, device, right=False)
+    inverse = [shuffled[order.index(b)] for b in range(batch)]
+    return {
+        "batch, left padded": torch.stack(completion_logits(model, seqs, new, device, right=False)),
+        "batch, right padded": torch.stack(completion_logits(model, seqs, new, device, right=True)),
+        "each sequence alone": torch.stack([completion_logits(model, [s], new, device, True)[0] for s in seqs]),
+        "batch shuffled": torch.stack(inverse),
+    }
+
+
+# ---- continuous batching ------------------------------------------------------------------------------
+def _cache_kwarg(model) -> str:
+    """transformers renamed past_key_values to cache (5.2x); the model's forward says which it takes."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _merge(caches: list[list[tuple[torch.Tensor, torch.Tensor]]]):
+    """One DynamicCache over several sequences' own caches (each [1, Hkv, L_b, D] per layer), left padded."""
+    width = max(c[0][0].shape[2] for c in caches)
+    merged = transformers.DynamicCache()
+    for layer in range(len(caches[0])):
+        ks, vs = [], []
+        for c in caches:
+            k, v = c[layer]
+            pad = (0, 0, width - k.shape[2], 0)
+            ks.append(torch.nn.functional.pad(k, pad))
+            vs.append(torch.nn.functional.pad(v, pad))
+        merged.update(torch.cat(ks), torch.cat(vs), layer)
+    return merged, width
+
+
+def _layers(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def continuous_batching(model, r: Rollout, p: Prompts, device) -> torch.Tensor:
+    """The completion logits [B, N, V] as a continuous-batching engine makes them: sequence b is prefilled
+    alone at step b % 3, then decodes in whatever batch is running that step (rotated each step), from its
+    own cache, left padded to the batch's longest; it leaves after its N tokens."""
+    batch, new = r.completions.shape
+    key = _cache_kwarg(model)
+    seqs = [unpadded(r, p, b) for b in range(batch)]
+    caches: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+    done = {b: 0 for b in range(batch)}  # completion logits made so far
+    out = torch.empty(batch, new, r.logits.shape[2])
+    step = 0
+    while any(n < new for n in done.values()):
+        for b in [b for b in range(batch) if b % 3 == step]:  # joins: a prefill alone
+            with torch.no_grad():
+                o = model(input_ids=seqs[b][: p.lengths[b]].to(device)[None], use_cache=True)
+            caches[b], out[b, 0], done[b] = _layers(o.past_key_values), o.logits[0, -1].float().cpu(), 1
+        running = [b for b in caches if done[b] < new]
+        if running:
+            shift = step % len(running)
+            running = running[shift:] + running[:shift]
+            merged, width = _merge([caches[b] for b in running])
+            mask = torch.zeros(len(running), width + 1, dtype=torch.long)
+            ids = torch.empty(len(running), 1, dtype=torch.long)
+            for i, b in enumerate(running):
+                length = caches[b][0][0].shape[2]
+                mask[i, width - length :] = 1
+                ids[i, 0] = seqs[b][length]
+            with torch.no_grad():
+                o = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True, **{key: merged})
+            for i, b in enumerate(running):
+                length = caches[b][0][0].shape[2]
+                caches[b] = [(k[i : i + 1, :, width - length :], v[i : i + 1, :, width - length :])
+                             for k, v in _layers(merged)]
+                out[b, done[b]] = o.logits[i, -1].float().cpu()
+                done[b] += 1
+        step += 1
+    return out
+
+
+# ---- the training step ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepResult:
+    ratios: torch.Tensor  # [B, N] fp32: exp(new - old) of the first step
+    logprobs: torch.Tensor  # [B, N] fp32: the first step's training log-probs
+    weights: dict[str, torch.Tensor]  # after the last step, on the CPU
+
+
+def advantages(batch: int, seed: int) -> torch.Tensor:
+    """GRPO's group-normalised rewards: one group, random rewards (float32 on the CPU, then moved)."""
+    r = torch.rand(batch, generator=torch.Generator().manual_seed(seed + 5))
+    return (r - r.mean()) / (r.std() + 1e-6)
+
+
+def completion_mask(batch: int, new: int, seed: int) -> torch.Tensor:
+    """Which completion tokens count (a sequence's EOS somewhere in its second half)."""
+    g = torch.Generator().manual_seed(seed + 3)
+    ends = torch.randint(max(1, new // 2), new + 1, (batch,), generator=g)
+    return (torch.arange(new)[None] < ends[:, None]).float()
+
+
+def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micro: int = 3) -> StepResult:
+    """steps GRPO steps over the rollout: micro-batches of `micro` sequences (right padded), the clipped
+    surrogate's gradients accumulated, then AdamW. old log-probs: the rollout's logits, scored by
+    rl_kernel.token_logprobs."""
+    batch, new = r.completions.shape
+    old = rl_kernel.token_logprobs(r.logits, r.completions)
+    adv, keep = advantages(batch, seed), completion_mask(batch, new, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, foreach=False)
+    seqs = [unpadded(r, p, b) for b in range(batch)]
+    model.train()
+    first_ratios = first_lp = None
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        ratios, lps = torch.empty(batch, new), torch.empty(batch, new)
+        for lo in range(0, batch, micro):
+            idx = list(range(lo, min(batch, lo + micro)))
+            lp = _micro_logprobs(model, [seqs[b] for b in idx], r.completions[idx], device)
+            ratio = torch.exp(lp - old[idx].to(device))
+            a, k = adv[idx].to(device)[:, None], keep[idx].to(device)
+            surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * a)
+            loss = -(surrogate * k).sum() / keep.sum().to(device)
+            loss.backward()
+            ratios[idx], lps[idx] = ratio.detach().cpu(), lp.detach().cpu()
+        opt.step()
+        if step == 0:
+            first_ratios, first_lp = ratios, lps
+    model.eval()
+    weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
+    return StepResult(first_ratios, first_lp, weights)
+
+
+def _micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
+    """Token log-probs [n, N] of the completions under one right-padded forward with autograd on."""
+    new = completions.shape[1]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], mask[i, : len(s)] = s, 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+    rows = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
+    return rl_kernel.token_logprobs(rows.float(), completions.to(device))
+
+
+# ---- the stock control's drift --------------------------------------------------------------------------
+def drift(rollout_logits: torch.Tensor, forward_logits: torch.Tensor, tokens: torch.Tensor) -> dict[str, float]:
+    """What a stock stack's rollout/training mismatch does to PPO: mean and max |dlogp| of the sampled tokens
+    and the share of importance ratios outside the clip range (float64 on the CPU, for the report)."""
+    old = torch.log_softmax(rollout_logits.double(), -1).gather(-1, tokens[..., None])[..., 0]
+    new = torch.log_softmax(forward_logits.double(), -1).gather(-1, tokens[..., None])[..., 0]
+    d = (new - old).abs()
+    ratio = torch.exp(new - old)
+    outside = ((ratio < 1 - CLIP) | (ratio > 1 + CLIP)).double().mean()
+    return {"mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max()), "clipped_share": float(outside)}
