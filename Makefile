@@ -58,8 +58,17 @@ golden: build
 selftest: build
 	$(PY) -m rlparity.cli selftest
 
-test: build
+# The lowest transformers the Hugging Face patch supports (the highest is requirements.txt's, in the venv),
+# with the hub and tokenizers it needs, in a folder that shadows them for tests/integrations only.
+HF_LOWEST := "transformers==5.0.0" "huggingface-hub==1.33.0" "tokenizers==0.22.2" httpx httpcore h11 anyio typer-slim
+build/hf-lowest/.stamp: | $(BUILD_STAMP)
+	$(PY) -m pip install -q --no-deps --target build/hf-lowest $(HF_LOWEST)
+	touch $@
+
+# All tests, then the Hugging Face integration again at the lowest supported transformers.
+test: build build/hf-lowest/.stamp
 	$(PY) -m pytest -n $(JOBS) tests
+	PYTHONPATH=build/hf-lowest $(PY) -m pytest -n $(JOBS) -p no:cacheprovider tests/integrations
 
 lint: build
 	$(PY) -m ruff check .

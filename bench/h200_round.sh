@@ -3,7 +3,8 @@
 # proof of the round, each step logged under $OUT with its exit status and time:
 #   the shipped build's SASS scanned (kernels_check --built), CPU == GPU bits (selfcheck, golden --device
 #   cuda), the kernels' tests on the GPU (cuda params, gpu-marked: launch splits, misaligned rows, FTZ), the
-#   quick gate on cpu + sm90 (edges cells included), selftest's controls and the mutations on sm90, timings.
+#   quick gate on cpu + sm90 (edges cells included), selftest's controls and the mutations on sm90, timings;
+#   the Hugging Face integration (hf: its tests on the GPU; model: the model cells; mbench: an RL step's time).
 # Usage (from the repository root on the GPU machine): bash bench/h200_round.sh "$OUT" [STEP...]
 # junitparser travels as a wheel in .whl/ (no network there); STEPs default to all. STEP_TIMEOUT caps each
 # step; RESULTS_TAR (e.g. $OUT/r.tar.gz) is refreshed after every step.
@@ -64,6 +65,12 @@ for s in $steps; do
     bench) step bench python3 bench/bench_token_logprobs.py --json "$out/bench.json" ;;
     row) step row python3 bench/bench_row.py --json "$out/row.json" ;;
     decoder) step decoder-bench python3 bench/bench_decoder.py --json "$out/decoder.json" ;;
+    hf) step hf-tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels/test_sampling.py tests/integrations \
+          -k "not bad_input and not bad_calls" ;;  # the TORCH_CHECK crash: docs/benchmarks.md
+    model) step model-cells python3 -m rlparity.cli run --matrix quick --filter "shapes=model" --targets cpu,sm90 \
+             --strict --jobs 4 --out "$out/model"
+           flatten model ;;
+    mbench) step model-bench python3 bench/bench_model_step.py --json "$out/model_step.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -27,8 +27,8 @@ CONTROLS = (
 
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
 # The episode builders a shape set may name (axes.toml `workload`): the host's copy of the cell side's
-# rlparity.cell.workloads.BUILDERS (tests/harness/test_edges.py keeps the two equal).
-WORKLOADS = ("plain", "edges")
+# rlparity.cell.workloads.BUILDERS, then rlparity.cell.model's (tests/harness/test_edges.py keeps them equal).
+WORKLOADS = ("plain", "edges", "model")
 DEFAULT_WORKLOAD = "plain"
 
 
@@ -48,7 +48,7 @@ class Cell:
     arch: str = ""
     env: dict[str, str] = field(default_factory=dict)
     shape_list: tuple[tuple[int, int, int], ...] = ()
-    workload: str = DEFAULT_WORKLOAD  # how each shape's episode is built (plain, edges)
+    workload: str = DEFAULT_WORKLOAD  # how each shape's episode is built (plain, edges, model)
     timeout_s: float = 300.0
     repeats: int = 3
     seed: int = 0

@@ -33,6 +33,7 @@ class CellResult:
     digests: dict[str, str] = field(default_factory=dict)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)  # informational figures (the stock model's drift)
     output_tail: str = ""
     started: str = ""
     finished: str = ""

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rlparity import cells, golden
+from rlparity.cell import model
 from rlparity.cell import workloads as W
 from rlparity.matrix import load_axes, load_matrix
 
@@ -17,7 +18,7 @@ DTYPES = ("fp32", "bf16", "fp16")
 
 
 def test_host_and_cell_name_the_same_workloads():
-    assert tuple(W.BUILDERS) == cells.WORKLOADS
+    assert (*W.BUILDERS, model.WORKLOAD) == cells.WORKLOADS
     assert cells.DEFAULT_WORKLOAD in cells.WORKLOADS
 
 

@@ -88,7 +88,8 @@ def test_the_core_depends_on_torch_and_numpy_only_and_the_extras_name_the_rest()
     assert sorted(_name(r) for r in project["dependencies"]) == ["numpy", "torch"]
     extras = project["optional-dependencies"]
     assert {"harness", "docker", "report", "all", "dev"} <= set(extras)
-    assert {_name(r) for r in extras["harness"]} == {"rich", "junitparser", "pytest", "tomli"}
+    assert {_name(r) for r in extras["harness"]} == {"rich", "junitparser", "pytest", "tomli", "transformers"}
+    assert extras["hf"] == [r for r in extras["harness"] if _name(r) == "transformers"]  # one range
     assert "docker" in {_name(r) for r in extras["docker"]} and "rlparity[harness]" in extras["docker"]
     assert "matplotlib" in {_name(r) for r in extras["report"]} and "rlparity[harness]" in extras["report"]
 

@@ -33,7 +33,7 @@ from tooling import require
 ROOT = config.REPO
 TORCH = "torch==2.13.0"  # requirements-cpu.txt's pin
 SUBSET = "target=cpu profile=baseline placement=single"
-HARNESS_ONLY = ("rich", "junitparser", "docker", "matplotlib", "pytest")
+HARNESS_ONLY = ("rich", "junitparser", "docker", "matplotlib", "pytest", "transformers")
 
 pytestmark = pytest.mark.slow
 

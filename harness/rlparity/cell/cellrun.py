@@ -54,6 +54,7 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
     code = pytest.main(
         [
             str(SUITE_DIR / "test_bitwise.py"),
+            str(SUITE_DIR / "test_model.py"),
             "-c",
             str(SUITE_DIR / "pytest.ini"),
             "--rootdir",
@@ -83,6 +84,7 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         fingerprint=fp,
         fingerprint_hash=fp_hash,
         digests=rec.digests,
+        metrics=rec.metrics,
         comparisons=comparisons,
         timings={"wall_s": round(time.monotonic() - t0, 3), "tests": outcomes.durations},
         started=started,

@@ -25,8 +25,10 @@ import transformers
 from transformers import LogitsProcessorList
 
 import rl_kernel
+from rl_kernel.bitwise import digest
 from rl_kernel.integrations import transformers as hf
 
+WORKLOAD = "model"  # the name shape sets give it (axes.toml workload = "model")
 FAMILIES = ("llama", "qwen2", "qwen3")
 MAX_PROMPT = 8  # prompts are 2 .. MAX_PROMPT tokens
 PAD = 0
@@ -36,15 +38,34 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 # ---- the model ---------------------------------------------------------------------------------------
-def config(family: str, vocab: int, layers: int = 2, hidden: int = 64) -> transformers.PretrainedConfig:
-    """A small config of the family with what it has that others lack: Llama 3's rope scaling, Qwen2's
-    q/k/v biases and tied embeddings, Qwen3's q/k norms."""
-    common = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=512,
-                  pad_token_id=PAD, bos_token_id=None, eos_token_id=None, attention_dropout=0.0)
+def config(
+    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, intermediate: int | None = None
+) -> transformers.PretrainedConfig:
+    """A config of the family (small by default) with what it has that others lack: Llama 3's rope scaling,
+    Qwen2's q/k/v biases and tied embeddings, Qwen3's q/k norms. Grouped-query: heads / 2 KV heads."""
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate or 2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        head_dim=hidden // heads,
+        max_position_embeddings=4096,
+        pad_token_id=PAD,
+        bos_token_id=None,
+        eos_token_id=None,
+        attention_dropout=0.0,
+    )
     if family == "llama":
-        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 64, "rope_theta": 500000.0}
+        rope = {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 500000.0,
+        }
         return transformers.LlamaConfig(**common, rope_parameters=rope)
     if family == "qwen2":
         return transformers.Qwen2Config(**common, tie_word_embeddings=True, use_sliding_window=False)
@@ -53,11 +74,13 @@ def config(family: str, vocab: int, layers: int = 2, hidden: int = 64) -> transf
     raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
 
 
-def build(family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu",
-          layers: int = 2, hidden: int = 64) -> transformers.PreTrainedModel:
-    """The family's model with weights from seed, made on the CPU in float32, then cast and moved."""
+def build(
+    family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu", **shape: int
+) -> transformers.PreTrainedModel:
+    """The family's model (config's shape arguments) with weights from seed, made on the CPU in float32,
+    then cast and moved."""
     torch.manual_seed(seed)  # from_config's own init, overwritten below
-    model = transformers.AutoModelForCausalLM.from_config(config(family, vocab, layers, hidden))
+    model = transformers.AutoModelForCausalLM.from_config(config(family, vocab, **shape))
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
@@ -108,11 +131,19 @@ def generate(model, p: Prompts, new: int, seed: int | None, device) -> Rollout:
     processors = None
     if seed is not None:
         keys = torch.arange(p.ids.shape[0]) * 7 + 1
-        processors = LogitsProcessorList([hf.GumbelSampler(seed, keys=keys)])
+        processors = LogitsProcessorList([hf.GumbelSampler(seed, keys=keys, pad_token_id=PAD)])
     with torch.no_grad():
-        out = model.generate(p.ids.to(device), attention_mask=p.mask.to(device), max_new_tokens=new,
-                             min_new_tokens=new, do_sample=False, logits_processor=processors, pad_token_id=PAD,
-                             output_logits=True, return_dict_in_generate=True)
+        out = model.generate(
+            p.ids.to(device),
+            attention_mask=p.mask.to(device),
+            max_new_tokens=new,
+            min_new_tokens=new,
+            do_sample=False,
+            logits_processor=processors,
+            pad_token_id=PAD,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     return Rollout(out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(), p.ids.shape[1])
 
 
@@ -215,8 +246,9 @@ def continuous_batching(model, r: Rollout, p: Prompts, device) -> torch.Tensor:
                 o = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=True, **{key: merged})
             for i, b in enumerate(running):
                 length = caches[b][0][0].shape[2]
-                caches[b] = [(k[i : i + 1, :, width - length :], v[i : i + 1, :, width - length :])
-                             for k, v in _layers(merged)]
+                caches[b] = [
+                    (k[i : i + 1, :, width - length :], v[i : i + 1, :, width - length :]) for k, v in _layers(merged)
+                ]
                 out[b, done[b]] = o.logits[i, -1].float().cpu()
                 done[b] += 1
         step += 1
@@ -275,6 +307,15 @@ def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micr
     return StepResult(first_ratios, first_lp, weights)
 
 
+def rl_step(family: str, shape: tuple[int, int, int], dtype: str, seed: int, device) -> tuple[Rollout, StepResult]:
+    """The whole step for one family and shape [batch, new tokens, vocab]: a fresh patched model, a sampled
+    rollout, two GRPO steps."""
+    p = prompts(shape[0], shape[2], seed)
+    model = hf.patch(build(family, shape[2], dtype, seed, device).eval())
+    r = generate(model, p, shape[1], seed + 1, device)
+    return r, train(model, r, p, device, seed)
+
+
 def _micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
     """Token log-probs [n, N] of the completions under one right-padded forward with autograd on."""
     new = completions.shape[1]
@@ -298,3 +339,15 @@ def drift(rollout_logits: torch.Tensor, forward_logits: torch.Tensor, tokens: to
     ratio = torch.exp(new - old)
     outside = ((ratio < 1 - CLIP) | (ratio > 1 + CLIP)).double().mean()
     return {"mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max()), "clipped_share": float(outside)}
+
+
+def golden_outputs(r: Rollout, step: StepResult) -> dict[str, str]:
+    """The digests the exact tier commits for one family and shape: the sampled sequences, the rollout's
+    logits, the first step's log-probs and the weights after the steps (every tensor, in name order)."""
+    weights = torch.cat([step.weights[n].float().reshape(-1) for n in sorted(step.weights)])
+    return {
+        "sequences": digest(r.sequences),
+        "rollout_logits": digest(r.logits),
+        "logprobs": digest(step.logprobs),
+        "weights": digest(weights),
+    }

@@ -21,7 +21,7 @@ from rlparity.ui import console
 def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("golden", help="check (or --update) every golden digest of the exact tier (kernels + workloads)")
     g.add_argument("--update", action="store_true")
-    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest", "edges"])
+    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest", "edges", "model", "model-llm"])
     g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_golden)

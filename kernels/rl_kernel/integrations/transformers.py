@@ -66,8 +66,12 @@ def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor
     return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
 
 
-_FORWARDS: dict[str, Callable] = {"linear": _linear_forward, "rms_norm": _rms_norm_forward, "mlp": _mlp_forward,
-                                  "rotary": _rotary_forward}
+_FORWARDS: dict[str, Callable] = {
+    "linear": _linear_forward,
+    "rms_norm": _rms_norm_forward,
+    "mlp": _mlp_forward,
+    "rotary": _rotary_forward,
+}
 
 
 def _kind(module: nn.Module) -> str | None:
@@ -163,9 +167,7 @@ def _model_forward(original: Callable) -> Callable:
 def _supported(model: nn.Module) -> None:
     names = {c.__name__ for c in type(model).__mro__}
     if not names & set(ARCHITECTURES):
-        raise TypeError(
-            f"rl_kernel: patch supports {', '.join(ARCHITECTURES)}; got {type(model).__name__}"
-        )
+        raise TypeError(f"rl_kernel: patch supports {', '.join(ARCHITECTURES)}; got {type(model).__name__}")
     c = model.config
     if getattr(c, "hidden_act", "silu") != "silu":
         raise ValueError(f"rl_kernel: hidden_act {c.hidden_act!r} is not supported (supported: 'silu')")
@@ -252,29 +254,39 @@ class GumbelSampler(LogitsProcessor):
     """A logits processor that draws the next token with rl_kernel.gumbel_argmax and leaves only it finite,
     so greedy decoding (do_sample=False) takes it: the same whole sequences on every device.
 
-    The draw of row b at length L is a function of (seed, keys[b], L) and the scores; keys default to the
-    row numbers (pass a stable id per prompt to draw the same tokens whatever the batch). temperature
-    divides the scores first, as frameworks do (one IEEE division)."""
+    Row b's draw is a function of (seed, keys[b], its step) and its scores. keys default to the row numbers;
+    pass a stable id per prompt. With pad_token_id the step is the sequence's own length (its left padding
+    not counted), so a sequence draws the same tokens whatever batch, order or padding it is generated in;
+    without, the step is the padded length. temperature divides the scores first, as frameworks do (one
+    IEEE division per element: the same bits everywhere)."""
 
-    def __init__(self, seed: int, temperature: float = 1.0, keys: torch.Tensor | None = None) -> None:
+    def __init__(
+        self, seed: int, temperature: float = 1.0, keys: torch.Tensor | None = None, pad_token_id: int | None = None
+    ) -> None:
         if not temperature > 0:
             raise ValueError(f"rl_kernel: temperature must be > 0, got {temperature}")
-        self.seed, self.temperature, self.keys = int(seed), float(temperature), keys
+        self.seed, self.temperature, self.keys, self.pad = int(seed), float(temperature), keys, pad_token_id
+
+    def steps(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Each row's step: its length without the leading pad tokens (or the padded length, without pad)."""
+        width = torch.full(input_ids.shape[:1], input_ids.shape[1], dtype=torch.int64, device=input_ids.device)
+        if self.pad is None:
+            return width
+        return width - (input_ids == self.pad).long().cumprod(dim=1).sum(dim=1)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.temperature != 1.0:
             scores = scores / self.temperature
         keys = None if self.keys is None else self.keys.to(scores.device)
-        token = gumbel_argmax(scores, self.seed, int(input_ids.shape[1]), keys)
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(1, token[:, None], 0.0)
+        token = gumbel_argmax(scores, self.seed, self.steps(input_ids), keys)
+        return torch.full_like(scores, float("-inf")).scatter_(1, token[:, None], 0.0)
 
 
 __all__ = [
     "ARCHITECTURES",
     "ATTENTION",
-    "GumbelSampler",
     "TRANSFORMERS_RANGE",
+    "GumbelSampler",
     "exact_attention",
     "is_patched",
     "patch",

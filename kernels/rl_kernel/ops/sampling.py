@@ -17,31 +17,42 @@ import torch
 from rl_kernel._library import ops, register_fake
 from rl_kernel._validate import check_logits
 from rl_kernel.ops import softmax
-from rl_kernel.ops.spec import Case, OpSpec
+from rl_kernel.ops.spec import OpSpec
 
 FAMILY = "sampling"
 SPEC_SEED, SPEC_STEP = 20261201, 7  # the seed and step of the checked and golden draws
 
 
 @register_fake("rl_kernel::gumbel_argmax")
-def _gumbel_argmax_fake(scores, keys, seed, step):
+def _gumbel_argmax_fake(scores, keys, steps, seed):
     return keys.new_empty(scores.shape[:-1])
 
 
-def gumbel_argmax(scores: torch.Tensor, seed: int, step: int, keys: torch.Tensor | None = None) -> torch.Tensor:
+def gumbel_argmax(
+    scores: torch.Tensor, seed: int, step: int | torch.Tensor, keys: torch.Tensor | None = None
+) -> torch.Tensor:
     """A draw from softmax(scores) per row of scores [..., V], int64 [...]: argmax_i(scores_i + g_i) with the
-    lowest index among equals, g_i Gumbel noise from (seed, keys[row], step, i). keys (int64 [...], a
-    stable id per sequence) default to the row numbers. A NaN score counts as -inf; temperature, top-k and
-    other processing are the caller's (apply them to scores first)."""
+    lowest index among equals, g_i Gumbel noise from (seed, keys[row], step[row], i). keys (int64 [...], a
+    stable id per sequence) default to the row numbers; step is one int for every row or an int64 tensor
+    [...] (a sequence's own length, say). A NaN score counts as -inf; temperature, top-k and other
+    processing are the caller's (apply them to scores first)."""
     check_logits(scores, "scores")
+    lead = scores.shape[:-1]
     if keys is None:
-        keys = torch.arange(scores[..., 0].numel(), device=scores.device).view(scores.shape[:-1])
-    if not isinstance(keys, torch.Tensor) or keys.dtype != torch.int64:
-        raise TypeError(f"rl_kernel: keys must be an int64 tensor, got {getattr(keys, 'dtype', type(keys))}")
-    for name, v in (("seed", seed), ("step", step)):
-        if not isinstance(v, int) or not -(2**63) <= v < 2**63:
-            raise ValueError(f"rl_kernel: {name} must be an int64 Python int, got {v!r}")
-    return ops.gumbel_argmax(scores, keys.to(scores.device), seed, step)
+        keys = torch.arange(scores[..., 0].numel(), device=scores.device).view(lead)
+    if not isinstance(step, torch.Tensor):
+        _check_int64("step", step)
+        step = torch.full(lead, step, dtype=torch.int64, device=scores.device)
+    _check_int64("seed", seed)
+    for name, t in (("keys", keys), ("step", step)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
+            raise TypeError(f"rl_kernel: {name} must be an int64 tensor, got {getattr(t, 'dtype', type(t))}")
+    return ops.gumbel_argmax(scores, keys.to(scores.device), step.to(scores.device), seed)
+
+
+def _check_int64(name: str, v: object) -> None:
+    if not isinstance(v, int) or not -(2**63) <= v < 2**63:
+        raise ValueError(f"rl_kernel: {name} must be an int64 Python int, got {v!r}")
 
 
 def _row_keys(x: torch.Tensor) -> torch.Tensor:

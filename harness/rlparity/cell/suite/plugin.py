@@ -10,7 +10,10 @@ import pytest
 import torch
 
 from rl_kernel.bitwise import diff, digest
+from rlparity.cell.workloads import BUILDERS
 from rlparity.cells import Cell
+
+LOGIT_WORKLOADS = tuple(BUILDERS)  # test_bitwise.py's: episodes of logits
 
 
 @dataclass
@@ -37,6 +40,7 @@ class Recorder:
 
     comparisons: list[Comparison] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
     current_test: str = ""
 
     def compare(self, name: str, a: torch.Tensor, b: torch.Tensor, informational: bool = False):
@@ -66,6 +70,10 @@ class Recorder:
         )
         return equal
 
+    def metric(self, name: str, value: float) -> None:
+        """An informational figure (never gated): the stock control's drift, say."""
+        self.metrics[name] = float(value)
+
     def output(self, name: str, t: torch.Tensor) -> str:
         self.digests[name] = digest(t)
         return self.digests[name]
@@ -90,6 +98,21 @@ class SuitePlugin:
     def record(self, request) -> Recorder:
         self.recorder.current_test = request.node.nodeid.split("::")[-1]
         return self.recorder
+
+    def pytest_configure(self, config) -> None:
+        config.addinivalue_line("markers", "workloads(*names): the workloads a suite module serves")
+
+    def pytest_collection_modifyitems(self, config, items) -> None:
+        """Each test runs for the workloads its module serves (pytest.mark.workloads; unmarked: the logits
+        workloads, LOGIT_WORKLOADS); the others are deselected, not skipped: they do not apply."""
+        keep, drop = [], []
+        for item in items:
+            marker = item.get_closest_marker("workloads")
+            served = marker.args if marker else LOGIT_WORKLOADS
+            (keep if self._cell.workload in served else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
 
     def pytest_generate_tests(self, metafunc) -> None:
         if "shape" in metafunc.fixturenames:

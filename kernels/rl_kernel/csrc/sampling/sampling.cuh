@@ -52,13 +52,13 @@ constexpr int RL_SAMPLE_THREADS = 256;
 template <class D>
 __global__ void __launch_bounds__(RL_SAMPLE_THREADS) gumbel_argmax_kernel(int64_t V, const typename D::storage* x,
                                                                           int64_t ld, int64_t seed,
-                                                                          const int64_t* keys, int64_t step,
+                                                                          const int64_t* keys, const int64_t* steps,
                                                                           int64_t* out) {
   __shared__ float best_v[RL_SAMPLE_THREADS];
   __shared__ int64_t best_i[RL_SAMPLE_THREADS];
   const int64_t row = RL_ROW;
   const int tid = RL_TID;
-  const uint64_t base = gumbel_row_base(seed, keys[row], step);
+  const uint64_t base = gumbel_row_base(seed, keys[row], steps[row]);
   float bv = neg_inf();
   int64_t bi = V;
   for (int64_t i = tid; i < V; i += RL_SAMPLE_THREADS) {

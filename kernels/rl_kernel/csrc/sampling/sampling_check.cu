@@ -12,7 +12,7 @@ namespace rl {
 
 #define RL_INSTANTIATE_SAMPLING(D)                                                                         \
   template __global__ void gumbel_argmax_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, const int64_t*, \
-                                                   int64_t, int64_t*);
+                                                   const int64_t*, int64_t*);
 
 RL_INSTANTIATE_SAMPLING(F32)
 RL_INSTANTIATE_SAMPLING(BF16)

@@ -15,9 +15,9 @@ struct CpuExec {
 
   template <class D>
   static void gumbel_argmax(int64_t N, int64_t V, const typename D::storage* x, int64_t ld, int64_t seed,
-                            const int64_t* keys, int64_t step, int64_t* out) {
+                            const int64_t* keys, const int64_t* steps, int64_t* out) {
     for_rows(N, [&](int64_t row) {
-      const uint64_t base = gumbel_row_base(seed, keys[row], step);
+      const uint64_t base = gumbel_row_base(seed, keys[row], steps[row]);
       float bv = neg_inf();
       int64_t bi = V;
       for (int64_t i = 0; i < V; ++i) {
@@ -33,7 +33,7 @@ struct CpuExec {
 }  // namespace rl
 
 TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
-  m.def("gumbel_argmax(Tensor scores, Tensor keys, int seed, int step) -> Tensor");
+  m.def("gumbel_argmax(Tensor scores, Tensor keys, Tensor steps, int seed) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_sampling<rl::CpuExec>(m); }

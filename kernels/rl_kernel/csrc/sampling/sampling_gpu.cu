@@ -17,13 +17,13 @@ struct GpuExec {
 
   template <class D>
   static void gumbel_argmax(int64_t N, int64_t V, const typename D::storage* x, int64_t ld, int64_t seed,
-                            const int64_t* keys, int64_t step, int64_t* out) {
+                            const int64_t* keys, const int64_t* steps, int64_t* out) {
     for (int64_t i = 0; i < launch_count(N, max_rows_per_launch()); ++i) {
       const int64_t first = launch_first_row(i, max_rows_per_launch());
       const int64_t rows = launch_rows(N, max_rows_per_launch(), i);
       before_launch();
       gumbel_argmax_kernel<D><<<unsigned(rows), RL_SAMPLE_THREADS, 0, at::cuda::getCurrentCUDAStream()>>>(
-          V, x + first * ld, ld, seed, keys + first, step, out + first);
+          V, x + first * ld, ld, seed, keys + first, steps + first, out + first);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
   }

@@ -5,25 +5,29 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <utility>
+
 #include "../common/glue.h"
 #include "sampling.cuh"
 
 namespace rl {
 
 template <class Exec>
-at::Tensor gumbel_argmax_op(const at::Tensor& scores, const at::Tensor& keys, int64_t seed, int64_t step) {
+at::Tensor gumbel_argmax_op(const at::Tensor& scores, const at::Tensor& keys, const at::Tensor& steps, int64_t seed) {
   check_logits(scores, "scores");
-  TORCH_CHECK(keys.scalar_type() == at::kLong, "rl_kernel: keys must be int64, got ", keys.scalar_type());
-  check_same_device(keys, scores, "keys", "scores");
-  TORCH_CHECK(keys.sizes() == scores.sizes().slice(0, scores.dim() - 1), "rl_kernel: keys shape ", keys.sizes(),
-              " must equal scores shape without the last dim ", scores.sizes().slice(0, scores.dim() - 1));
+  for (const auto& [t, what] : {std::pair<const at::Tensor&, const char*>{keys, "keys"}, {steps, "steps"}}) {
+    TORCH_CHECK(t.scalar_type() == at::kLong, "rl_kernel: ", what, " must be int64, got ", t.scalar_type());
+    check_same_device(t, scores, what, "scores");
+    TORCH_CHECK(t.sizes() == scores.sizes().slice(0, scores.dim() - 1), "rl_kernel: ", what, " shape ", t.sizes(),
+                " must equal scores shape without the last dim ", scores.sizes().slice(0, scores.dim() - 1));
+  }
   const typename Exec::Guard guard(scores);
   const Rows r = rows_of(scores);
-  const at::Tensor k = keys.contiguous();
+  const at::Tensor k = keys.contiguous(), st = steps.contiguous();
   at::Tensor out = at::empty(lead_shape(scores), keys.options());
   dispatch_dtype(scores, [&](auto d) {
     using D = decltype(d);
-    Exec::template gumbel_argmax<D>(r.n, r.v, data_of<D>(r.t), r.stride, seed, k.const_data_ptr<int64_t>(), step,
+    Exec::template gumbel_argmax<D>(r.n, r.v, data_of<D>(r.t), r.stride, seed, k.const_data_ptr<int64_t>(), st.const_data_ptr<int64_t>(),
                                     out.data_ptr<int64_t>());
   });
   return out;

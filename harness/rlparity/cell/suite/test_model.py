@@ -1,0 +1,122 @@
+"""The model workload's suite (rlparity.cell.model): a Hugging Face model's rollout against its training forward,
+and an RL step, for every family. Every equality is on integer views of the bits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_kernel.integrations import transformers as hf
+from rlparity import golden
+from rlparity.cell import model as M
+from rlparity.cell.placement import devices
+
+pytestmark = pytest.mark.workloads(M.WORKLOAD)
+ONE = torch.tensor(1.0)
+
+
+@pytest.fixture(params=M.FAMILIES)
+def family(request) -> str:
+    return request.param
+
+
+def _sid(shape, family: str) -> str:
+    return f"model:{family}:{'x'.join(map(str, shape))}"
+
+
+def _patched(family: str, shape, cell, device):
+    return hf.patch(M.build(family, shape[2], cell.dtype, cell.seed, device).eval())
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "gumbel"])
+def test_generate_matches_forward(cell, record, shape, family, sampler):
+    """generate()'s logits at every completion position == a teacher-forced forward's, whether that forward sees
+    the batch left padded, right padded, shuffled, or each sequence alone; and == a continuous-batching replay."""
+    rollout_dev, train_dev = devices(cell.platform, cell.placement)
+    p = M.prompts(shape[0], shape[2], cell.seed)
+    seed = None if sampler == "greedy" else cell.seed + 1
+    r = M.generate(_patched(family, shape, cell, rollout_dev), p, shape[1], seed, rollout_dev)
+    record.output(f"{_sid(shape, family)}/{sampler}/sequences", r.sequences)
+    trainer = _patched(family, shape, cell, train_dev)
+    views = M.forward_views(trainer, r, p, train_dev)
+    views["continuous batching"] = M.continuous_batching(trainer, r, p, train_dev)
+    failures = []
+    for name, logits in views.items():
+        d = record.compare(
+            f"{_sid(shape, family)} {sampler} generate ({rollout_dev}) vs {name} ({train_dev})", r.logits, logits
+        )
+        if not d.equal:
+            failures.append(f"{name}: {d.summary()}")
+    assert not failures, "; ".join(failures)
+
+
+def test_rl_step(cell, record, shape, family):
+    """A GRPO step after the rollout: every importance ratio of the first step is exactly 1.0; two runs of two
+    steps (each from a fresh model) give the same weights, bit for bit."""
+    dev = devices(cell.platform, cell.placement)[1]
+    _, first = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+    sid = _sid(shape, family)
+    failures = []
+    d = record.compare(f"{sid} first-step ratios == 1.0", first.ratios, ONE.expand_as(first.ratios))
+    if not d.equal:
+        failures.append(f"ratios: {d.summary()}")
+    for i in range(1, cell.repeats):
+        _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+        for name in first.weights:
+            d = record.compare(f"{sid} repeat {i} weights {name}", again.weights[name], first.weights[name])
+            if not d.equal:
+                failures.append(f"repeat {i} {name}: {d.summary()}")
+    assert not failures, "; ".join(failures[:5])
+
+
+def test_model_golden_digests(cell, record, shape, family):
+    """The exact tier's committed digests of the sampled sequences, the first step's log-probs and the weights
+    after two steps: the same on every target."""
+    table = golden.load(cell.tier)
+    dev = devices(cell.platform, cell.placement)[1]
+    r, step = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+    outputs = M.golden_outputs(r, step)
+    keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", M.WORKLOAD) for what in outputs}
+    missing = [k for k in keys.values() if k not in table]
+    if missing:
+        pytest.fail(
+            f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
+            "write them on the CPU with `rlparity golden --update` and review the diff"
+        )
+    wrong = [
+        f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
+        for what, actual in outputs.items()
+        if not record.compare_digest(f"{_sid(shape, family)} golden {what}", actual, table[keys[what]])
+    ]
+    assert not wrong, "; ".join(wrong)
+
+
+def test_stock_model_control(cell, record, shape, family):
+    """Informational, never gated: the unpatched model's generate() vs its forward (mean/max |dlogp| and the
+    share of ratios the clip would cut, in the cell's metrics), so the report shows what the patch buys."""
+    dev = devices(cell.platform, cell.placement)[1]
+    p = M.prompts(shape[0], shape[2], cell.seed)
+    model = M.build(family, shape[2], cell.dtype, cell.seed, dev).eval()
+    r = M.generate(model, p, shape[1], None, dev)
+    forward = M.forward_views(model, r, p, dev)["batch, left padded"]
+    sid = _sid(shape, family)
+    d = record.compare(f"{sid} stock generate vs forward logits", r.logits, forward, informational=True)
+    for name, value in M.drift(r.logits, forward, r.completions).items():
+        record.metric(f"{sid} stock {name}", value)
+    assert d.total == r.logits.numel()
+
+
+def test_unpatch_restores_stock(cell, record, shape, family):
+    """unpatch() gives back the stock model: its forward's bits equal a never-patched model's."""
+    dev = devices(cell.platform, cell.placement)[1]
+    p = M.prompts(shape[0], shape[2], cell.seed)
+    ids, mask = p.ids.to(dev), p.mask.to(dev)
+    stock = M.build(family, shape[2], cell.dtype, cell.seed, dev).eval()
+    restored = hf.unpatch(_patched(family, shape, cell, dev))
+    with torch.no_grad():
+        want, got = (
+            stock(input_ids=ids, attention_mask=mask).logits,
+            restored(input_ids=ids, attention_mask=mask).logits,
+        )
+    d = record.compare(f"{_sid(shape, family)} unpatched vs stock forward", got.cpu(), want.cpu())
+    assert d.equal, d.summary()

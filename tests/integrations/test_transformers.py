@@ -1,0 +1,214 @@
+"""rl_kernel.integrations.transformers on real transformers models (tiny, random weights, no download):
+generate() == the teacher-forced forward bit for bit for Llama, Qwen2 and Qwen3, the RL step's ratios are
+exactly 1.0, two runs give the same weights, the stock model differs, unpatch restores it, and what the patch
+cannot honour is refused by name. CI runs this file at the lowest and the highest supported transformers.
+
+Tests that take `device` run on the CPU and, where there is one, on the GPU; `cpu == gpu` tests need a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from transformers import LogitsProcessorList
+
+from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.integrations import transformers as hf
+from rlparity.cell import model as M
+
+FAMILIES = M.FAMILIES
+DTYPES = ("fp32", "bf16")
+VOCAB, NEW = 211, 5
+
+
+def patched(family: str, dtype: str, device: str, vocab: int = VOCAB):
+    return hf.patch(M.build(family, vocab, dtype, 0, device).eval())
+
+
+def assert_views_equal(r: M.Rollout, views: dict[str, torch.Tensor]) -> None:
+    bad = {name: diff(v, r.logits).summary() for name, v in views.items() if not bits_equal(v, r.logits)}
+    assert not bad, bad
+
+
+def test_the_range_under_test_is_the_pinned_one() -> None:
+    """The installed transformers is inside the range the requirements pin (the lowest or the highest in CI)."""
+    from packaging.specifiers import SpecifierSet
+
+    assert transformers.__version__ in SpecifierSet(hf.TRANSFORMERS_RANGE), transformers.__version__
+
+
+@pytest.mark.parametrize("sampler", ["greedy", "gumbel"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_equals_every_forward(family: str, dtype: str, sampler: str, device: str) -> None:
+    """Left-padded prompts of mixed lengths: generate()'s logits == the forward over prompt + completion seen
+    as the batch (left or right padded), shuffled, each sequence alone, and a continuous-batching replay."""
+    model = patched(family, dtype, device)
+    p = M.prompts(5, VOCAB, 0)
+    r = M.generate(model, p, NEW, None if sampler == "greedy" else 7, device)
+    views = M.forward_views(model, r, p, device)
+    views["continuous batching"] = M.continuous_batching(model, r, p, device)
+    assert_views_equal(r, views)
+
+
+@pytest.mark.parametrize("batch", range(1, 9))
+def test_every_batch_size(batch: int) -> None:
+    model = patched("qwen3", "bf16", "cpu")
+    p = M.prompts(batch, VOCAB, batch)
+    for seed in (None, 3):
+        r = M.generate(model, p, NEW, seed, "cpu")
+        assert_views_equal(r, M.forward_views(model, r, p, "cpu"))
+
+
+def test_a_sequence_samples_the_same_tokens_in_any_batch() -> None:
+    """GumbelSampler with a key per prompt and the pad id: a sequence generated alone or in a batch of others
+    draws the same tokens (its step is its own length, its stream its key's)."""
+    model = patched("llama", "fp32", "cpu")
+    p = M.prompts(6, VOCAB, 4)
+    batched = M.generate(model, p, NEW, 11, "cpu").completions
+    for b in (0, 3, 5):
+        alone = M.Prompts(p.ids[b : b + 1, -p.lengths[b] :], p.mask[b : b + 1, -p.lengths[b] :], (p.lengths[b],))
+        keys = torch.tensor([b * 7 + 1])  # M.generate's key for prompt b
+        procs = LogitsProcessorList([hf.GumbelSampler(11, keys=keys, pad_token_id=M.PAD)])
+        with torch.no_grad():
+            out = model.generate(
+                alone.ids,
+                attention_mask=alone.mask,
+                max_new_tokens=NEW,
+                min_new_tokens=NEW,
+                do_sample=False,
+                logits_processor=procs,
+                pad_token_id=M.PAD,
+            )
+        assert torch.equal(out[0, -NEW:], batched[b]), b
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rl_step_ratios_are_one_and_steps_repeat(family: str) -> None:
+    """The GRPO step's first ratios exp(new - old) are all exactly 1.0 (bits of 1.0f); two runs of two steps
+    give the same weights; the second step moved them (the check is not vacuous)."""
+    for dtype in DTYPES:
+        _, first = M.rl_step(family, (6, NEW, VOCAB), dtype, 0, "cpu")
+        one = torch.ones_like(first.ratios)
+        assert bits_equal(first.ratios, one), diff(first.ratios, one)
+        _, again = M.rl_step(family, (6, NEW, VOCAB), dtype, 0, "cpu")
+        assert all(bits_equal(first.weights[k], again.weights[k]) for k in first.weights)
+        start = M.build(family, VOCAB, dtype, 0)
+        moved = [k for k, w in start.named_parameters() if not bits_equal(w.detach(), first.weights[k])]
+        assert len(moved) > len(first.weights) // 2, moved
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_stock_model_differs(family: str) -> None:
+    """The control: the unpatched model's generate() and forward disagree at some positions (CPU fp32)."""
+    model = M.build(family, VOCAB, "fp32", 0).eval()
+    p = M.prompts(5, VOCAB, 0)
+    r = M.generate(model, p, NEW, None, "cpu")
+    d = diff(M.forward_views(model, r, p, "cpu")["batch, left padded"], r.logits)
+    assert d.count > 0, "the stock model agreed bit for bit: the control shows nothing"
+    assert M.drift(r.logits, r.logits, r.completions)["max_abs_dlogp"] == 0.0
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_unpatch_restores_stock_behaviour(family: str) -> None:
+    p = M.prompts(4, VOCAB, 2)
+    stock = M.build(family, VOCAB, "bf16", 0).eval()
+    model = patched(family, "bf16", "cpu")
+    with torch.no_grad():
+        want = stock(input_ids=p.ids, attention_mask=p.mask).logits
+        exact = model(input_ids=p.ids, attention_mask=p.mask).logits
+        got = hf.unpatch(model)(input_ids=p.ids, attention_mask=p.mask).logits
+    assert bits_equal(got, want)
+    assert not bits_equal(exact, want)  # the patch did change the arithmetic
+    assert not hf.is_patched(model) and type(model.lm_head) is torch.nn.Linear
+
+
+# ---- what the patch refuses ------------------------------------------------------------------------------
+def _tiny(cls, **kw):
+    base = dict(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+    )
+    return cls(**(base | kw))
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "match"),
+    [
+        (
+            lambda: transformers.MistralForCausalLM(_tiny(transformers.MistralConfig)),
+            TypeError,
+            "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM; got MistralForCausalLM",
+        ),
+        (
+            lambda: transformers.Qwen2ForCausalLM(
+                _tiny(transformers.Qwen2Config, use_sliding_window=True, sliding_window=8, max_window_layers=0)
+            ),
+            ValueError,
+            "sliding-window",
+        ),
+        (
+            lambda: transformers.LlamaForCausalLM(
+                _tiny(
+                    transformers.LlamaConfig,
+                    rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+                )
+            ),
+            ValueError,
+            "rope scaling 'linear'",
+        ),
+        (
+            lambda: transformers.LlamaForCausalLM(_tiny(transformers.LlamaConfig, hidden_act="gelu")),
+            ValueError,
+            "hidden_act 'gelu'",
+        ),
+        (
+            lambda: transformers.LlamaForCausalLM(_tiny(transformers.LlamaConfig, attention_dropout=0.1)),
+            ValueError,
+            "attention_dropout",
+        ),
+    ],
+    ids=["architecture", "sliding-window", "rope-scaling", "activation", "dropout"],
+)
+def test_unsupported_models_are_named(build, error, match) -> None:
+    with pytest.raises(error, match=match):
+        hf.patch(build())
+
+
+def test_bad_calls_are_named() -> None:
+    model = patched("llama", "fp32", "cpu")
+    with pytest.raises(ValueError, match="already patched"):
+        hf.patch(model)
+    with pytest.raises(ValueError, match="tier 'fast' is not available"):
+        hf.patch(M.build("llama", VOCAB, "fp32", 0), tier="fast")
+    with pytest.raises(ValueError, match="not patched"):
+        hf.unpatch(M.build("llama", VOCAB, "fp32", 0))
+    ids = torch.ones(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="2-d attention_mask"):
+        model(input_ids=ids, attention_mask=torch.ones(2, 1, 4, 4))
+    with pytest.raises(ValueError, match="one run of 1s"):
+        model(input_ids=ids, attention_mask=torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))
+    with pytest.raises(ValueError, match="position_ids differ"):
+        model(input_ids=ids, attention_mask=torch.ones(2, 4, dtype=torch.long), position_ids=torch.zeros(2, 4).long())
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        hf.GumbelSampler(0, temperature=0.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cpu_equals_gpu(family: str) -> None:
+    """Both paths on both devices: the same sequences and the same logits bits (bf16)."""
+    p = M.prompts(6, VOCAB, 1)
+    cpu_model, gpu_model = patched(family, "bf16", "cpu"), patched(family, "bf16", "cuda")
+    r_cpu, r_gpu = M.generate(cpu_model, p, NEW, 5, "cpu"), M.generate(gpu_model, p, NEW, 5, "cuda")
+    assert torch.equal(r_cpu.sequences, r_gpu.sequences)
+    assert bits_equal(r_gpu.logits, r_cpu.logits), diff(r_gpu.logits, r_cpu.logits)
+    f_cpu = M.forward_views(cpu_model, r_cpu, p, "cpu")["batch, right padded"]
+    f_gpu = M.forward_views(gpu_model, r_gpu, p, "cuda")["batch, right padded"]
+    assert bits_equal(f_gpu, f_cpu), diff(f_gpu, f_cpu)
