@@ -5,7 +5,8 @@
 The model: a Qwen3-shaped decoder (rlparity.cell.model.build: random weights from a seed, bf16), 16 query
 heads over 8 KV heads of 128, MLP 3 x hidden. The step: a rollout, generate() of --new tokens for --batch
 prompts of mixed lengths (left padded, greedy), then a training step: one teacher-forced forward over prompt
-+ completion (right padded), rl_kernel.token_logprobs, the GRPO clipped loss, backward, AdamW. Each is
++ completion (right padded), rl_kernel.token_logprobs, the GRPO clipped loss, backward, and AdamW
+(rl_kernel.optim.ExactAdamW patched; torch.optim.AdamW, its default foreach path, stock). Each is
 timed synced (a host sync around every call, median of --reps) and queued (--reps back to back, one sync).
 The same run checks the patched model's generate() logits against its forward, bit for bit, and reports
 the stock model's drift (mean/max |dlogp|, the share of ratios outside the clip range).
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "harness"))
 import rl_kernel
 from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import transformers as hf
+from rl_kernel.optim import ExactAdamW
 from rlparity.cell import model as M
 
 
@@ -34,7 +36,7 @@ def train_step(model, r: M.Rollout, p: M.Prompts, opt) -> None:
     new = r.completions.shape[1]
     old = rl_kernel.token_logprobs(r.logits, r.completions).cuda()
     opt.zero_grad(set_to_none=True)
-    lp = M._micro_logprobs(model, seqs, r.completions, "cuda")
+    lp = M.micro_logprobs(model, seqs, r.completions, "cuda")
     ratio = torch.exp(lp - old)
     adv = M.advantages(len(seqs), 0).cuda()[:, None]
     loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - M.CLIP, 1 + M.CLIP) * adv).sum() / (len(seqs) * new)
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             hf.patch(model)
         r = M.generate(model, p, a.new, None, "cuda")
         forward = M.forward_views(model, r, p, "cuda")["batch, right padded"]
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, foreach=False)
+        opt = ExactAdamW(model.parameters(), lr=1e-5) if name == "patched" else torch.optim.AdamW(model.parameters(), lr=1e-5)
         out[name] = {
             "rollout": timings(lambda m=model: M.generate(m, p, a.new, None, "cuda"), a.reps),
             "train_step": timings(lambda m=model, r=r, o=opt: train_step(m, r, p, o), a.reps),

@@ -17,10 +17,11 @@ This module only re-exports: the operators live in rl_kernel.ops.<family>.
 
 from __future__ import annotations
 
-from rl_kernel import bitwise, ops, reference
+from rl_kernel import bitwise, ops, optim, reference
 from rl_kernel._library import has_gpu_kernels
 from rl_kernel.ops.decoder import (
     attention,
+    embedding,
     linear,
     positions_from_mask,
     rms_norm,
@@ -44,6 +45,7 @@ __all__ = [
     "BitwiseLogSoftmax",
     "attention",
     "bitwise",
+    "embedding",
     "entropy",
     "gumbel_argmax",
     "has_gpu_kernels",
@@ -51,6 +53,7 @@ __all__ = [
     "log_softmax",
     "log_softmax_backward",
     "ops",
+    "optim",
     "positions_from_mask",
     "reference",
     "rms_norm",

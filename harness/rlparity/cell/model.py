@@ -8,7 +8,7 @@ rollout: generate() over prompts of mixed lengths (left padded), greedy or with 
 keeping each step's logits; and a continuous-batching replay, whose decode steps batch whichever sequences
 are running (they join and leave at different steps, in a rotating order), each from its own KV cache.
 training: teacher-forced forwards over micro-batches of another size (right padded), token log-probs, a
-GRPO clipped surrogate, backward and an AdamW step; twice.
+GRPO clipped surrogate, backward and an ExactAdamW step; twice.
 
 The suite (test_model.py) checks that the rollout's logits equal the training forward's bit for bit, that
 every importance ratio of the first step is exactly 1.0, and that two runs give the same weights. The
@@ -27,6 +27,7 @@ from transformers import LogitsProcessorList
 import rl_kernel
 from rl_kernel.bitwise import digest
 from rl_kernel.integrations import transformers as hf
+from rl_kernel.optim import ExactAdamW
 
 WORKLOAD = "model"  # the name shape sets give it (axes.toml workload = "model")
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -260,6 +261,7 @@ def continuous_batching(model, r: Rollout, p: Prompts, device) -> torch.Tensor:
 class StepResult:
     ratios: torch.Tensor  # [B, N] fp32: exp(new - old) of the first step
     logprobs: torch.Tensor  # [B, N] fp32: the first step's training log-probs
+    first_weights: dict[str, torch.Tensor]  # after the first step, on the CPU
     weights: dict[str, torch.Tensor]  # after the last step, on the CPU
 
 
@@ -278,21 +280,25 @@ def completion_mask(batch: int, new: int, seed: int) -> torch.Tensor:
 
 def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micro: int = 3) -> StepResult:
     """steps GRPO steps over the rollout: micro-batches of `micro` sequences (right padded), the clipped
-    surrogate's gradients accumulated, then AdamW. old log-probs: the rollout's logits, scored by
-    rl_kernel.token_logprobs."""
+    surrogate's gradients accumulated, then rl_kernel.optim.ExactAdamW. old log-probs: the rollout's logits,
+    scored by rl_kernel.token_logprobs.
+
+    The first step is the same on every device: its ratios are exp(0) = 1 exactly. From the second on, the
+    ratios are torch.exp of non-zero differences, whose last bits are each vendor's: those steps repeat run to
+    run on one device, but are not claimed equal across devices."""
     batch, new = r.completions.shape
     old = rl_kernel.token_logprobs(r.logits, r.completions)
     adv, keep = advantages(batch, seed), completion_mask(batch, new, seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, foreach=False)
+    opt = ExactAdamW(model.parameters(), lr=LEARNING_RATE)
     seqs = [unpadded(r, p, b) for b in range(batch)]
     model.train()
-    first_ratios = first_lp = None
+    first_ratios = first_lp = first_weights = None
     for step in range(steps):
         opt.zero_grad(set_to_none=True)
         ratios, lps = torch.empty(batch, new), torch.empty(batch, new)
         for lo in range(0, batch, micro):
             idx = list(range(lo, min(batch, lo + micro)))
-            lp = _micro_logprobs(model, [seqs[b] for b in idx], r.completions[idx], device)
+            lp = micro_logprobs(model, [seqs[b] for b in idx], r.completions[idx], device)
             ratio = torch.exp(lp - old[idx].to(device))
             a, k = adv[idx].to(device)[:, None], keep[idx].to(device)
             surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * a)
@@ -301,10 +307,13 @@ def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micr
             ratios[idx], lps[idx] = ratio.detach().cpu(), lp.detach().cpu()
         opt.step()
         if step == 0:
-            first_ratios, first_lp = ratios, lps
+            first_ratios, first_lp, first_weights = ratios, lps, _weights(model)
     model.eval()
-    weights = {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
-    return StepResult(first_ratios, first_lp, weights)
+    return StepResult(first_ratios, first_lp, first_weights, _weights(model))
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
 def rl_step(family: str, shape: tuple[int, int, int], dtype: str, seed: int, device) -> tuple[Rollout, StepResult]:
@@ -316,7 +325,7 @@ def rl_step(family: str, shape: tuple[int, int, int], dtype: str, seed: int, dev
     return r, train(model, r, p, device, seed)
 
 
-def _micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
+def micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
     """Token log-probs [n, N] of the completions under one right-padded forward with autograd on."""
     new = completions.shape[1]
     width = max(len(s) for s in seqs)
@@ -343,8 +352,9 @@ def drift(rollout_logits: torch.Tensor, forward_logits: torch.Tensor, tokens: to
 
 def golden_outputs(r: Rollout, step: StepResult) -> dict[str, str]:
     """The digests the exact tier commits for one family and shape: the sampled sequences, the rollout's
-    logits, the first step's log-probs and the weights after the steps (every tensor, in name order)."""
-    weights = torch.cat([step.weights[n].float().reshape(-1) for n in sorted(step.weights)])
+    logits, the first step's log-probs and the weights after it (every tensor, in name order): what every
+    device must reproduce (train's docstring says why not the later steps)."""
+    weights = torch.cat([step.first_weights[n].float().reshape(-1) for n in sorted(step.first_weights)])
     return {
         "sequences": digest(r.sequences),
         "rollout_logits": digest(r.logits),

@@ -8,10 +8,13 @@
 from __future__ import annotations
 
 from rl_kernel.integrations.frameworks import (
+    divide_by_temperature,
     entropy_from_logits,
     log_probs_from_logits,
     logprobs_from_logits,
     selective_log_softmax,
 )
 
-__all__ = ["entropy_from_logits", "log_probs_from_logits", "logprobs_from_logits", "selective_log_softmax"]
+__all__ = [
+    "divide_by_temperature",
+    "entropy_from_logits", "log_probs_from_logits", "logprobs_from_logits", "selective_log_softmax"]

@@ -37,8 +37,18 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Te
 
 
 def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """OpenRLHF's log_probs_from_logits: log softmax(logits / temperature)[labels]; the division is the
-    framework's own (one IEEE division per element, the same bits on every device)."""
+    """OpenRLHF's log_probs_from_logits: log softmax(logits / temperature)[labels], the division a true one
+    (divide_by_temperature)."""
     if temperature != 1.0:
-        logits = logits / temperature
+        logits = divide_by_temperature(logits, temperature)
     return token_logprobs(logits, labels)
+
+
+def divide_by_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """float32 logits / temperature, one correctly rounded division per element on every device. (torch's
+    CUDA divide by a Python number multiplies by the number's float reciprocal, its CPU divide divides: the
+    frameworks' `logits / T` differs in the last bit between them. Dividing by a float32 tensor on the
+    logits' device is a true division on both.)"""
+    if not temperature > 0:
+        raise ValueError(f"rl_kernel: temperature must be > 0, got {temperature}")
+    return logits.float() / torch.full((), temperature, dtype=torch.float32, device=logits.device)

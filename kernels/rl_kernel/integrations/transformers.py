@@ -11,6 +11,7 @@ between devices, for rl_kernel's exact tier (docs/numerics.md sections 11 and 12
 
 - the linear layers (q/k/v/o with Qwen2's biases, gate/up/down, lm_head): rl_kernel.linear, whose row
   is one fma chain whatever the batch;
+- the token embedding: a gather, with rl_kernel.embedding's fixed-order weight gradient;
 - the RMSNorms (Qwen3's q_norm/k_norm included): rl_kernel.rms_norm;
 - the rotary embedding's cos/sin: rl_kernel.rope_table over rope_inv_freq (default or llama3 scaling);
 - the MLP's SiLU x up: rl_kernel.silu_mul;
@@ -36,6 +37,7 @@ from torch import nn
 from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.ops import decoder as L
 from rl_kernel.ops.sampling import gumbel_argmax
 
@@ -50,6 +52,10 @@ _STATE = "_rl_kernel_patch"
 # ---- the swapped layers ---------------------------------------------------------------------------
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return L.linear(x, self.weight, self.bias)
+
+
+def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
+    return L.embedding(ids, self.weight, self.padding_idx)
 
 
 def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -68,6 +74,7 @@ def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor
 
 _FORWARDS: dict[str, Callable] = {
     "linear": _linear_forward,
+    "embedding": _embedding_forward,
     "rms_norm": _rms_norm_forward,
     "mlp": _mlp_forward,
     "rotary": _rotary_forward,
@@ -78,6 +85,8 @@ def _kind(module: nn.Module) -> str | None:
     """Which swap a module takes: by type for linear layers, by the class name's suffix for the others."""
     if isinstance(module, nn.Linear):
         return "linear"
+    if isinstance(module, nn.Embedding):
+        return "embedding"
     name = type(module).__name__
     for suffix, kind in (("RMSNorm", "rms_norm"), ("MLP", "mlp"), ("RotaryEmbedding", "rotary")):
         if name.endswith(suffix):
@@ -257,8 +266,8 @@ class GumbelSampler(LogitsProcessor):
     Row b's draw is a function of (seed, keys[b], its step) and its scores. keys default to the row numbers;
     pass a stable id per prompt. With pad_token_id the step is the sequence's own length (its left padding
     not counted), so a sequence draws the same tokens whatever batch, order or padding it is generated in;
-    without, the step is the padded length. temperature divides the scores first, as frameworks do (one
-    IEEE division per element: the same bits everywhere)."""
+    without, the step is the padded length. temperature divides the scores first, as frameworks do, by a
+    true division (integrations.divide_by_temperature: the same bits everywhere)."""
 
     def __init__(
         self, seed: int, temperature: float = 1.0, keys: torch.Tensor | None = None, pad_token_id: int | None = None
@@ -276,7 +285,7 @@ class GumbelSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.temperature != 1.0:
-            scores = scores / self.temperature
+            scores = divide_by_temperature(scores, self.temperature)
         keys = None if self.keys is None else self.keys.to(scores.device)
         token = gumbel_argmax(scores, self.seed, self.steps(input_ids), keys)
         return torch.full_like(scores, float("-inf")).scatter_(1, token[:, None], 0.0)

@@ -276,6 +276,50 @@ def attention_with_stats(q, k, v, q_pos, k_start, scale: float | None = None) ->
     return ops.attention(q, k, v, q_pos, k_start, scale)
 
 
+# ---- embedding ----------------------------------------------------------------------------------
+class _Embedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
+        ctx.save_for_backward(ids)
+        ctx.shape, ctx.padding_idx = weight.shape, padding_idx
+        return weight[ids]
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (ids,) = ctx.saved_tensors
+        return None, embedding_grad(ids, grad, ctx.shape, ctx.padding_idx), None
+
+
+def embedding_grad(ids: torch.Tensor, grad: torch.Tensor, shape: torch.Size, padding_idx: int | None) -> torch.Tensor:
+    """The embedding's weight gradient in a fixed order: row v = the gradients of the positions holding token
+    v, added in position order from +0.0 in float32 (each add one rounding), then rounded to the weight's
+    dtype; the padding row stays zero. Each pass adds one occurrence of every token at once (index_add_ onto
+    distinct rows: one writer per element), so no two threads ever race for a row."""
+    flat, g = ids.reshape(-1), grad.reshape(-1, shape[1]).float()
+    order = torch.argsort(flat, stable=True)  # positions grouped by token, in position order
+    sorted_ids = flat[order]
+    n = flat.numel()
+    starts = torch.ones(n, dtype=torch.bool, device=flat.device)
+    starts[1:] = sorted_ids[1:] != sorted_ids[:-1]
+    group_start = torch.cummax(torch.where(starts, torch.arange(n, device=flat.device), 0), 0).values
+    rank = torch.arange(n, device=flat.device) - group_start  # which occurrence of its token a position is
+    out = torch.zeros(shape, dtype=torch.float32, device=grad.device)
+    for r in range(int(rank.max()) + 1 if n else 0):
+        sel = order[rank == r]
+        out.index_add_(0, flat[sel], g[sel])
+    if padding_idx is not None:
+        out[padding_idx] = 0.0
+    return out.to(grad.dtype)
+
+
+def embedding(ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
+    """F.embedding (a gather: exact) with a weight gradient whose bits do not depend on the device: each
+    token's row sums its positions' gradients in position order (embedding_grad)."""
+    if ids.dtype != torch.int64:
+        raise TypeError(f"rl_kernel: embedding ids must be int64, got {ids.dtype}")
+    return _Embedding.apply(ids, weight, padding_idx)
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q_pos, k_start) of a prefill over a [batch, seq] mask of 1s (tokens) and 0s (padding) whose 1s are
     one run (left or right padding): k_start[b] = the first 1, q_pos[b, t] = t. Rows on padding see

@@ -21,7 +21,8 @@ def family(request) -> str:
 
 
 def _sid(shape, family: str) -> str:
-    return f"model:{family}:{'x'.join(map(str, shape))}"
+    """model:8x6x512 llama (never ':llama:', which rich prints as an emoji)."""
+    return f"model:{'x'.join(map(str, shape))} {family}"
 
 
 def _patched(family: str, shape, cell, device):
