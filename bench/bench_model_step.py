@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             hf.patch(model)
         r = M.generate(model, p, a.new, None, "cuda")
         forward = M.forward_views(model, r, p, "cuda")["batch, right padded"]
-        opt = ExactAdamW(model.parameters(), lr=1e-5) if name == "patched" else torch.optim.AdamW(model.parameters(), lr=1e-5)
+        optimizer = ExactAdamW if name == "patched" else torch.optim.AdamW
+        opt = optimizer(model.parameters(), lr=1e-5)
         out[name] = {
             "rollout": timings(lambda m=model: M.generate(m, p, a.new, None, "cuda"), a.reps),
             "train_step": timings(lambda m=model, r=r, o=opt: train_step(m, r, p, o), a.reps),

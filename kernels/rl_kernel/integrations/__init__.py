@@ -17,4 +17,8 @@ from rl_kernel.integrations.frameworks import (
 
 __all__ = [
     "divide_by_temperature",
-    "entropy_from_logits", "log_probs_from_logits", "logprobs_from_logits", "selective_log_softmax"]
+    "entropy_from_logits",
+    "log_probs_from_logits",
+    "logprobs_from_logits",
+    "selective_log_softmax",
+]
