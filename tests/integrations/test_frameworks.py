@@ -31,7 +31,9 @@ def test_openrlhf_log_probs_with_temperature(device: str) -> None:
     x, t = (v.to(device) for v in _batch(torch.float32))
     assert bits_equal(integrations.log_probs_from_logits(x, t), rl_kernel.token_logprobs(x, t))
     hot = integrations.log_probs_from_logits(x, t, temperature=0.7)
-    assert bits_equal(hot, rl_kernel.token_logprobs(x / 0.7, t))
+    assert bits_equal(hot, rl_kernel.token_logprobs(integrations.divide_by_temperature(x, 0.7), t))
+    if device == "cpu":  # the CPU's x / T is a true division too (the GPU's multiplies by 1/T: see the helper)
+        assert bits_equal(hot, rl_kernel.token_logprobs(x / 0.7, t))
     assert not bits_equal(hot, rl_kernel.token_logprobs(x, t))  # the temperature is applied
 
 
