@@ -26,6 +26,19 @@ def rand(shape: tuple[int, ...], dtype: torch.dtype, seed: int, scale: float = 1
     return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
 
 
+# ---------------------------------------------------------------- rms_norm, wide rows
+@pytest.mark.parametrize("hidden", [2048, 8192])
+def test_rms_norm_wide_rows_do_not_depend_on_the_batch(hidden: int, device: str) -> None:
+    """Rows of more than 64 chunks (a real model's hidden size): the GPU's tree joins them across warps, where
+    a compacting in-place tree raced (found on the H200 by a 2048-wide Qwen3's batch forward)."""
+    x = rand((320, hidden), torch.bfloat16, 5).to(device)
+    w = rand((hidden,), torch.bfloat16, 6).to(device)
+    full = rl_kernel.rms_norm(x, w)
+    for rows in (1, 7, 129):
+        assert_bits(rl_kernel.rms_norm(x[:rows], w), full[:rows], f"rows={rows}")
+    assert_bits(full.cpu(), rl_kernel.rms_norm(x.cpu(), w.cpu()), "cpu == this device")
+
+
 # ---------------------------------------------------------------- linear
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_linear_rows_do_not_depend_on_the_batch(dtype: torch.dtype, device: str) -> None:

@@ -360,6 +360,9 @@ __global__ void __launch_bounds__(RL_WARP) linear_skinny_kernel(int64_t M, int64
 // ---- RMSNorm: one block of RL_NORM_THREADS per row ----------------------------------------------
 // The row's chunk sums go to shared memory, padded with +0.0 to a power of two, and are joined level
 // by level: the perfect tree of section 2 (terms are never -0.0, so a padding +0.0 changes no node).
+// Level by level in place at a doubling stride: node c of a level is written where its left child was
+// (sh[2 c s] = sh[2 c s] + sh[2 c s + s]), so within a level no thread reads what another writes.
+// (Compacting into sh[c] instead raced across warps once a row had more than 64 chunks.)
 constexpr int RL_NORM_THREADS = 256;
 constexpr int RL_NORM_MAX_CHUNKS = 8192;  // rows of up to 65536 elements
 
@@ -368,8 +371,11 @@ __device__ __forceinline__ float block_tree_sum(float* sh, int64_t chunks) {
   while (width < chunks) width <<= 1;
   for (int64_t c = chunks + RL_TID; c < width; c += RL_NORM_THREADS) sh[c] = 0.0f;
   RL_SYNC();
-  for (int64_t half = width >> 1; half > 0; half >>= 1) {
-    for (int64_t c = RL_TID; c < half; c += RL_NORM_THREADS) sh[c] = sh[2 * c] + sh[2 * c + 1];
+  for (int64_t stride = 1, nodes = width >> 1; nodes > 0; stride <<= 1, nodes >>= 1) {
+    for (int64_t c = RL_TID; c < nodes; c += RL_NORM_THREADS) {
+      const int64_t at = 2 * c * stride;
+      sh[at] = sh[at] + sh[at + stride];
+    }
     RL_SYNC();
   }
   const float total = sh[0];
