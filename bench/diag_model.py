@@ -40,7 +40,7 @@ def model_probe(family, layers, hidden, heads, new, vocab=151936, batch=8) -> No
     v = M.forward_views(model, r, p, "cuda")
     bad = {k: diff(x, r.logits) for k, x in v.items()}
     first = {k: (d.count, d.first_index) for k, d in bad.items() if not d.equal}
-    print("model", family, layers, hidden, heads, new, "equal" if not first else first, flush=True)
+    print("model", family, layers, hidden, heads, new, first or "equal", flush=True)
 
 
 def attention_probe(T: int, D: int, hq: int, hkv: int) -> None:
