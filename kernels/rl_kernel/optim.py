@@ -4,8 +4,9 @@ torch.optim.AdamW is deterministic run to run, but its fused element ops (lerp, 
 fused multiply-adds on the GPUs and not on the CPU, so CPU and GPU weights part after one step. Here every
 operation is one torch call of one IEEE operation (mul, add, div, and sqrt through float64: each correctly
 rounded on every device), in float32 (the state, and the update of a bf16/fp16 parameter, rounded to its
-dtype once), with the scalars computed in float64 on the host. No tensor is divided by a Python number: torch's CUDA divide
-multiplies by the number's float reciprocal instead, its CPU divide does not; the scalars are multipliers.
+dtype once), with the scalars computed in float64 on the host. No tensor is divided by a Python number:
+torch's CUDA divide multiplies by the number's float reciprocal instead, its CPU divide does not; the
+scalars are multipliers.
 
     m = m * b1 + g * (1 - b1)            v = v * b2 + (g * g) * (1 - b2)
     p = p * (1 - lr * wd) - (m / (sqrt(v) * c2 + eps)) * c1,   c2 = 1 / sqrt(1 - b2^t), c1 = lr / (1 - b1^t)
