@@ -172,14 +172,12 @@ def test_the_fast_tier_is_still_skipped_as_the_readme_says() -> None:
     assert "not implemented" in applicability.FAST_TIER_MISSING
 
 
-def test_the_headline_says_the_harness_starts_from_logits() -> None:
-    from rlparity.cell import workloads
-
+def test_the_headline_says_what_is_proven_and_where() -> None:
+    """The headline claims the bits up to a Hugging Face model and qualifies it: CPU and H200 run, AMD not."""
     flat = " ".join(README[: README.index("## Two commands")].split())
     assert "makes them agree bit for bit, and proves it" not in flat  # the old, unqualified headline
-    assert "not covered yet" in flat and "What is proven today" in flat
-    if "starts from logits" in " ".join((workloads.__doc__ or "").split()):  # no model workload yet
-        assert "The harness today starts from logits" in flat and "model workload" in flat
+    assert "What is proven today" in flat and "not yet run" in flat and "What is not yet" in flat
+    assert "model workload" in flat
 
 
 RECORD = "## 2026-12-01 (third session) — contract v3"  # the record README's figures quote

@@ -266,8 +266,12 @@ class StepResult:
 
 
 def advantages(batch: int, seed: int) -> torch.Tensor:
-    """GRPO's group-normalised rewards: one group, random rewards (float32 on the CPU, then moved)."""
+    """GRPO's group-normalised rewards over one group of random rewards (float32 on the CPU, then moved). A
+    group of one has no spread: its advantage is the reward less a fixed baseline of 0.5 (REINFORCE), never
+    the 0/0 = NaN of normalising by its standard deviation."""
     r = torch.rand(batch, generator=torch.Generator().manual_seed(seed + 5))
+    if batch == 1:
+        return r - 0.5
     return (r - r.mean()) / (r.std() + 1e-6)
 
 

@@ -5,8 +5,8 @@ sequences still running, in the scheduler's order for that step, mixed with othe
 training: teacher-forced log-probs of the whole batch in one call, with autograd on (a PPO-style
 surrogate's backward). The bitwise suite requires the two to agree in every bit.
 
-The workload starts from logits (generated on the CPU from a seed, so every device sees the same bits):
-the transformer forward is not part of rl_kernel yet.
+These workloads (plain, edges) start from logits (generated on the CPU from a seed, so every device sees the
+same bits); the model workload (rlparity.cell.model) starts from token ids and runs a Hugging Face model.
 """
 
 from __future__ import annotations

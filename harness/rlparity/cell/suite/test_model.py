@@ -61,6 +61,10 @@ def test_rl_step(cell, record, shape, family):
     d = record.compare(f"{sid} first-step ratios == 1.0", first.ratios, ONE.expand_as(first.ratios))
     if not d.equal:
         failures.append(f"ratios: {d.summary()}")
+    nans = torch.tensor([int(w.isnan().sum()) for w in first.first_weights.values()])
+    d = record.compare(f"{sid} first-step weights hold no NaN", nans, torch.zeros_like(nans))
+    if not d.equal:
+        failures.append(f"NaN weights: {d.summary()}")
     for i in range(1, cell.repeats):
         _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
         for name in first.weights:
