@@ -80,7 +80,8 @@ def test_shipped_matrix_expands_to_the_expected_cells(name, backend_name):
 def test_quick_local_count_by_hand():
     # quick shapes: 22 applicable (target, profile) pairs x 2 dtypes on `single`, cpu's 2 profiles x 2 dtypes
     # on `split`, plus the fp16 include; gfx1201 (4 profiles x 2 dtypes) informational.
-    # edges shapes: 7 targets x 3 dtypes, baseline and single only (gfx1201's 3 informational).
+    # edges shapes: 7 targets x 3 dtypes, baseline and single only (gfx1201's 3 informational); the model
+    # shapes alike.
     everything = load_matrix("quick").cells
     cells = [c for c in everything if c.shapes == "quick"]
     assert len(cells) == 22 * 2 + 2 * 2 + 1
@@ -91,8 +92,10 @@ def test_quick_local_count_by_hand():
     assert [c for c in cells if c.dtype == "fp16"] == [c for c in cells if c.id.endswith("/fp16/quick/exact")]
     assert len([c for c in cells if c.dtype == "fp16"]) == 1
     edges = [c for c in everything if c.shapes == "edges"]
-    assert len(edges) == 7 * 3 and len(everything) == len(cells) + len(edges)
-    assert sum(not c.required for c in edges) == 3
+    model = [c for c in everything if c.shapes == "model"]
+    assert len(edges) == 7 * 3 and len(model) == 7 * 3 and len(everything) == len(cells) + len(edges) + len(model)
+    assert sum(not c.required for c in edges) == 3 and sum(not c.required for c in model) == 3
+    assert {(c.profile, c.placement, c.workload) for c in model} == {("baseline", "single", "model")}
 
 
 def test_cells_carry_matrix_settings_and_profile_env():

@@ -20,11 +20,13 @@ def test_sources_are_discovered_relative_to_the_repository() -> None:
     assert cpu == [
         "kernels/rl_kernel/csrc/common/module.cpp",
         "kernels/rl_kernel/csrc/decoder/decoder_cpu.cpp",
+        "kernels/rl_kernel/csrc/sampling/sampling_cpu.cpp",
         "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
     ]
     assert gpu == [
         *cpu,
         "kernels/rl_kernel/csrc/decoder/decoder_gpu.cu",
+        "kernels/rl_kernel/csrc/sampling/sampling_gpu.cu",
         "kernels/rl_kernel/csrc/softmax/softmax_gpu.cu",
     ]
     assert all((ROOT / p).is_file() for p in gpu)
@@ -46,7 +48,7 @@ def test_a_new_family_folder_is_picked_up(tmp_path: Path) -> None:
 
 def test_check_sources_are_every_family_check_file() -> None:
     assert build_flags.check_sources() == sorted(CSRC.glob("*/*_check.cu"))
-    assert [p.parent.name for p in build_flags.check_sources()] == ["decoder", "softmax"]
+    assert [p.parent.name for p in build_flags.check_sources()] == ["decoder", "sampling", "softmax"]
 
 
 def test_build_flags_load_without_the_extension() -> None:
@@ -79,13 +81,14 @@ def test_specs_are_unique_and_named_by_family() -> None:
         "attention.grad_q",
         "attention.grad_kv",
         "attention.stats",
+        "gumbel_argmax",
         "log_softmax",
         "token_logprobs",
         "entropy",
         "row_stats",
     ]
     assert len({s.name for s in specs}) == len(specs)
-    assert {s.family for s in specs} == set(families()) == {"decoder", "softmax"}
+    assert {s.family for s in specs} == set(families()) == {"decoder", "sampling", "softmax"}
 
 
 def test_public_api_and_submodules_are_attributes() -> None:

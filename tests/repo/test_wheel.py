@@ -149,7 +149,7 @@ def test_the_wheel_runs_the_quick_matrix_from_another_directory(wheel, core_venv
     proc = _run(cmd, cwd=cwd)
     assert proc.returncode == 0, _tail(proc)
     found = [json.loads(p.read_text()) for p in sorted(out.rglob("result.json"))]
-    assert len(found) == 6, _tail(proc)  # quick: fp32, bf16 (axes) + fp16 (include); edges: one per dtype
+    assert len(found) == 9, _tail(proc)  # quick: fp32, bf16 (axes) + fp16 (include); edges, model: one per dtype
     for res in found:
         assert res["status"] == "passed", res.get("reason")
         golden = [c for c in res["comparisons"] if " golden " in c["name"]]

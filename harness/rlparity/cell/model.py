@@ -30,6 +30,7 @@ from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
 
 WORKLOAD = "model"  # the name shape sets give it (axes.toml workload = "model")
+GOLDEN_OUTPUTS = ("sequences", "rollout_logits", "logprobs", "weights")  # per family (golden_outputs)
 FAMILIES = ("llama", "qwen2", "qwen3")
 MAX_PROMPT = 8  # prompts are 2 .. MAX_PROMPT tokens
 PAD = 0
@@ -359,9 +360,5 @@ def golden_outputs(r: Rollout, step: StepResult) -> dict[str, str]:
     logits, the first step's log-probs and the weights after it (every tensor, in name order): what every
     device must reproduce (train's docstring says why not the later steps)."""
     weights = torch.cat([step.first_weights[n].float().reshape(-1) for n in sorted(step.first_weights)])
-    return {
-        "sequences": digest(r.sequences),
-        "rollout_logits": digest(r.logits),
-        "logprobs": digest(step.logprobs),
-        "weights": digest(weights),
-    }
+    digests = (digest(r.sequences), digest(r.logits), digest(step.logprobs), digest(weights))
+    return dict(zip(GOLDEN_OUTPUTS, digests, strict=True))
