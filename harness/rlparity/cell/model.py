@@ -159,15 +159,22 @@ def unpadded(r: Rollout, p: Prompts, b: int) -> torch.Tensor:
     return r.sequences[b, r.prompt_width - p.lengths[b] :]
 
 
-def completion_logits(model, seqs: list[torch.Tensor], new: int, device, right: bool) -> list[torch.Tensor]:
-    """One forward over the sequences padded to one width (right or left): each one's logits at the positions
-    that score its `new` completion tokens, [new, V] fp32 on the CPU."""
+def padded(seqs: list[torch.Tensor], right: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sequences as one batch, padded with PAD to the longest (on the right or the left), and its mask."""
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, s in enumerate(seqs):
         cols = slice(0, len(s)) if right else slice(width - len(s), width)
         ids[i, cols], mask[i, cols] = s, 1
+    return ids, mask
+
+
+def completion_logits(model, seqs: list[torch.Tensor], new: int, device, right: bool) -> list[torch.Tensor]:
+    """One forward over the sequences padded to one width (right or left): each one's logits at the positions
+    that score its `new` completion tokens, [new, V] fp32 on the CPU."""
+    ids, mask = padded(seqs, right)
+    width = ids.shape[1]
     with torch.no_grad():
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float().cpu()
     out = []
@@ -333,11 +340,7 @@ def rl_step(family: str, shape: tuple[int, int, int], dtype: str, seed: int, dev
 def micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
     """Token log-probs [n, N] of the completions under one right-padded forward with autograd on."""
     new = completions.shape[1]
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)], mask[i, : len(s)] = s, 1
+    ids, mask = padded(seqs, right=True)
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     rows = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
     return rl_kernel.token_logprobs(rows.float(), completions.to(device))
