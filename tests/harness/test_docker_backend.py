@@ -49,8 +49,9 @@ def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu
     in_docker, local = _digests(docker_out), _digests(local_out)
     # 2 profiles x 2 placements x fp32/bf16 (quick's fp16 include names the rocm image, which has the cpu
     # target too but is not built here)
-    # the quick CPU cells of the cpu image: 8 of the quick shapes, 3 of the edges shapes (one per dtype)
-    assert len(in_docker) == 11 and set(in_docker) <= set(local), (sorted(in_docker), sorted(local))
+    # the quick CPU cells of the cpu image: 8 of the quick shapes, 3 of the edges shapes and 3 of the model
+    # shapes (one per dtype each)
+    assert len(in_docker) == 14 and set(in_docker) <= set(local), (sorted(in_docker), sorted(local))
     assert all(in_docker[k] and in_docker[k] == local[k] for k in in_docker), (in_docker, local)
     fp = results.read_all(docker_out)[0].fingerprint
     assert fp["image"]["name"] == "cpu" and fp["image"]["record"]["torch"].startswith("2.13.0")
