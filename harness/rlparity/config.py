@@ -7,6 +7,7 @@ walking the table headers: good enough to point a person at the right line of a 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ else:  # the rocm/pytorch images run Python 3.10
 # unpacked, so the package's files are a directory on disk (`Path`, not only a Traversable).
 DATA_DIR = Path(str(resources.files("rlparity").joinpath("data")))
 MATRICES_DIR = DATA_DIR / "matrices"
-IMAGES_FILE = DATA_DIR / "images.toml"
+# RLPARITY_IMAGES: another images file (a fork's own registry, a test's copy) for every command of a run.
+IMAGES_FILE = Path(os.environ.get("RLPARITY_IMAGES") or DATA_DIR / "images.toml")
 GOLDEN_DIR = DATA_DIR / "golden"
 # The checkout root when rlparity runs from one (editable install): only building images needs it (the
 # Dockerfiles and the build context); `checkout()` says whether this is one.

@@ -4,13 +4,15 @@ backend's digests; a misbehaving container is an ERROR that says what happened, 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from rlparity import images, results
+from rlparity import compare, images, results
 from rlparity.backends.docker import LABEL, DockerBackend
 from rlparity.config import REPO
 from rlparity.matrix import load_matrix
@@ -57,6 +59,37 @@ def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu
     assert fp["image"]["name"] == "cpu" and fp["image"]["record"]["torch"].startswith("2.13.0")
     left = client.containers.list(all=True, filters={"label": LABEL})
     assert not left, f"containers left behind: {[c.name for c in left]}"
+    _compare_gives_the_same_verdict(docker_out, local_out, tmp_path / "docker-changed", set(in_docker))
+
+
+def _compare(a: Path, b: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rlparity.cli", "compare", str(a), str(b)], capture_output=True, text=True, timeout=300
+    )
+
+
+def _compare_gives_the_same_verdict(docker_out: Path, local_out: Path, changed: Path, passed: set[str]) -> None:
+    """`rlparity compare` matches the docker run's cells with the local run's (image ignored): every cell
+    both ran is equal, exit 0; one changed digest in a copy of the docker run is caught, exit 1."""
+    proc = _compare(docker_out, local_out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    got = compare.compare_dirs(docker_out, local_out)
+    verdicts = {d.key: d.verdict for d in got.cells}
+    assert got.ignored == ("image",) and got.exit_code == 0, verdicts
+    assert got.counts()[compare.DIFFER] == 0 and got.counts()[compare.EQUAL] == len(passed), verdicts
+    assert all(verdicts[k] == compare.EQUAL for k in passed), verdicts
+    # negative control: one digest of one cell changed in a copy of the docker run
+    shutil.copytree(docker_out, changed)
+    cell = next(r.cell for r in results.read_all(changed) if r.status == "passed" and r.digests)
+    path = results.cell_dir(changed, cell) / results.RESULT_FILE
+    data = json.loads(path.read_text())
+    name = sorted(data["digests"])[0]
+    data["digests"][name] = "0" * 64 if data["digests"][name] != "0" * 64 else "f" * 64
+    path.write_text(json.dumps(data))
+    proc = _compare(changed, local_out)
+    assert proc.returncode == 1 and name in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (bad,) = [d for d in compare.compare_dirs(changed, local_out).cells if d.verdict == compare.DIFFER]
+    assert bad.differing == (name,) and bad.id_a == data["cell"]["id"]
 
 
 class _Misbehaving(DockerBackend):

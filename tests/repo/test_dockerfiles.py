@@ -88,12 +88,13 @@ def test_both_dockerfiles_accept_an_extra_ca():
 def test_images_toml_pins_the_seed_and_a_current_rocm():
     imgs = load_images()
     data = tomllib.loads(IMAGES_FILE.read_text())["images"]
-    seed = [n for n, e in data.items() if e["rocm"].startswith("6.0") and e["torch"].startswith("2.2")]
+    # the seed's generation on a real ROCm 6.0 tag (no ROCm 6.0 + PyTorch 2.2 image is published)
+    seed = [n for n, e in data.items() if e["rocm"] == "6.0" and e["tag"].startswith("rocm6.0_")]
     current = [n for n, e in data.items() if e["flavour"] == "rocm" and re.match(r"^(6\.4|7\.)", e["rocm"])]
-    assert seed and "gfx90a" in data[seed[0]]["targets"]
-    assert current
+    assert seed and "gfx90a" in data[seed[0]]["targets"] and "not published" in data[seed[0]]["description"]
+    assert current and any("gfx950" in data[n]["targets"] and data[n]["rocm"].startswith("7.") for n in current)
     for name, e in data.items():
-        assert {"tag", "digest", "digest_source", "rocm", "torch", "python", "targets"} <= set(e), name
+        assert {"tag", "digest", "digest_source", "verified", "rocm", "torch", "python", "targets"} <= set(e), name
         assert e["digest"] == "" or re.fullmatch(r"sha256:[0-9a-f]{64}", e["digest"]), name
         assert imgs[name].reference.startswith(e["base"])
 
@@ -113,7 +114,11 @@ def test_compose_defaults_follow_images_toml():
     data = tomllib.loads(IMAGES_FILE.read_text())["images"]
     rocm = data["rocm64-torch26"]
     args = services["test"]["build"]["args"]
-    assert _default(args["BASE_IMAGE"], "ROCM_BASE_IMAGE") == f"{rocm['base']}:{rocm['tag']}"
+    pinned = f"{rocm['base']}:{rocm['tag']}@{rocm['digest']}"
+    assert _default(args["BASE_IMAGE"], "ROCM_BASE_IMAGE") == pinned
+    assert _default(args["BASE_DIGEST"], "ROCM_BASE_DIGEST") == rocm["digest"]
+    dockerfile_default = re.search(r"^ARG BASE_IMAGE=(\S+)$", (REPO / "docker/Dockerfile").read_text(), re.M)
+    assert dockerfile_default and dockerfile_default.group(1) == pinned
     assert _default(args["GPU_TARGETS"], "GPU_TARGETS") == ";".join(t for t in rocm["targets"] if t != "cpu")
     assert services["test"]["build"]["dockerfile"] == "docker/Dockerfile"
     assert services["test-cpu"]["build"]["dockerfile"] == "docker/Dockerfile.cpu"

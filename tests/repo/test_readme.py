@@ -12,6 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
+
+from rlparity.config import IMAGES_FILE
 
 from repo import readme_check as rc
 
@@ -229,3 +232,27 @@ def test_the_readme_warns_to_run_rl_kernel_on_both_sides() -> None:
     warning = " ".join(m.group(1).replace("> ", " ").split())
     assert "one side only" in warning and "gives different bits" in warning
     assert (REPO / "tests" / "kernels" / "test_one_side_only.py").is_file()
+
+
+def _images_table(text: str) -> dict[str, list[str]]:
+    """README's images table (after its marker comment): entry name -> its cells."""
+    body = text.split("<!-- images-table:", 1)[1].split("\n\n", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in body.splitlines()[1:] if line.startswith("|")]
+    return {re.match(r"`([^`]+)`", r[0]).group(1): r for r in rows[2:]}
+
+
+def test_the_images_table_says_what_is_published_pinned_and_what_verified() -> None:
+    """Each images.toml entry has a row with its tag, the start of its digest, where it was pinned from, and
+    whether it is verified; a stale row (the digest or the verification changed in the file) fails."""
+    entries = tomllib.loads(IMAGES_FILE.read_text())["images"]
+    table = _images_table(README)
+    assert set(table) == set(entries), (sorted(table), sorted(entries))
+    for name, e in entries.items():
+        _, tag, _, digest, source, verified = table[name]
+        if not e["digest"]:
+            assert "built locally" in digest, name
+            continue
+        assert tag == f"`{e['tag']}`", name
+        assert digest.strip("`…") and e["digest"].startswith(digest.strip("`…")), (name, digest)
+        assert source.startswith("published") == e["digest_source"].startswith("published"), name
+        assert verified == ("yes" if e.get("verified") else "no"), name

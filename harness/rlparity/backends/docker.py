@@ -167,15 +167,16 @@ class DockerBackend(Backend):
 
     # ---- before any cell ----------------------------------------------------------------------------
     def prepare(self, cells: list[Cell], strict: bool) -> None:
-        """Every image a cell needs must be built (rlparity:<name>); with --strict, pinned by digest."""
+        """Every image a cell needs must be built (rlparity:<name>), or pulled (a prebuilt entry's base@digest);
+        with --strict, pinned by digest."""
         names = sorted({c.image for c in cells})
         if strict:
             require_pinned([self.images[n] for n in names if n in self.images])
         missing = [n for n in names if not self._built(n)]
         if missing:
             raise EnvError(
-                f"image(s) not built: {', '.join(project_tag(n) for n in missing)} "
-                f"(build with `rlparity images build NAME` or `docker compose build`)"
+                f"image(s) not built: {', '.join(self._reference(n) for n in missing)} "
+                f"(build with `rlparity images build NAME` or `docker compose build`; pull a prebuilt one)"
             )
         # Probe in a GPU image when there is one: the cpu image's torch sees no GPU, and --targets auto would
         # then select only the cpu cells on a GPU host.
@@ -199,10 +200,10 @@ class DockerBackend(Backend):
         platform = "rocm" if rocm_host() else "cuda" if CellContainer.nvidia(self.client) else "cpu"
         try:
             entrypoint = ["python", "-m", "rlparity.cell.inventory"]
-            out = CellContainer.run_once(self.client, project_tag(name), entrypoint, self._gpu_options(platform))
+            out = CellContainer.run_once(self.client, self._reference(name), entrypoint, self._gpu_options(platform))
             return Inventory.from_dict(json.loads(out))
         except Exception as exc:
-            return Inventory(error=f"inventory in {project_tag(name)} failed: {exc}")
+            return Inventory(error=f"inventory in {self._reference(name)} failed: {exc}")
 
     # ---- one cell -----------------------------------------------------------------------------------
     def run_cell(
@@ -214,7 +215,7 @@ class DockerBackend(Backend):
         try:
             env = self.env(cell, devices, control, extra_env)
             box = CellContainer(
-                self._docker, self.client, project_tag(cell.image), self.entrypoint(), env, cell.id,
+                self._docker, self.client, self._reference(cell.image), self.entrypoint(), env, cell.id,
                 self._gpu_options(cell.platform),
             )  # fmt: skip
             self._running.add(box)
@@ -251,8 +252,13 @@ class DockerBackend(Backend):
         for box in list(self._running):
             box.kill()
 
+    def _reference(self, name: str) -> str:
+        """The image a cell of entry `name` runs: rlparity:<name>, or a prebuilt entry's pinned reference."""
+        image = self.images.get(name)
+        return image.run_reference if image is not None else project_tag(name)
+
     def _built(self, name: str) -> bool:
-        return CellContainer.image_built(self._docker, self.client, project_tag(name))
+        return CellContainer.image_built(self._docker, self.client, self._reference(name))
 
     def _gpu_options(self, platform: str) -> dict:
         """Every GPU of the host goes in; the cell env's visibility variable picks the cell's (as on the host)."""

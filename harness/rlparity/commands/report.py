@@ -1,8 +1,8 @@
-"""`rlparity report RESULTS... [--baseline DIR]...`: arguments, exit codes and console output.
+"""`rlparity report RESULTS... [--baseline DIR]... [--history DIR...]`: arguments, exit codes and console output.
 
 The report itself is rlparity.report; its rules are in docs/harness.md. Exit code: 0; 3 for bad input
-(a ConfigError: not a results dir, a dir given twice, a bad threshold, an unwritable --out); with
---fail-on-regression 1 when there is a regression.
+(a ConfigError: not a results dir, a dir given twice, a --history dir that is a RESULTS dir, a bad
+threshold, an unwritable --out); with --fail-on-regression 1 when there is a regression.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from rlparity import gate
 from rlparity.config import ConfigError
-from rlparity.report.model import DEFAULT_THRESHOLD, MIN_SECONDS, load
+from rlparity.report.history import trend
+from rlparity.report.model import DEFAULT_THRESHOLD, MIN_SECONDS, TONIGHT, Entry, History, Night, load, load_nights
 from rlparity.report.output import write
 from rlparity.report.rules import build
 from rlparity.report.sections import summary_lines
@@ -51,7 +52,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.baseline:
         baseline, base_sources, base_notes = load([Path(d) for d in args.baseline])
         notes += [f"baseline: {n}" for n in base_notes]
-    rep = build(entries, baseline, threshold, min_s, sources, base_sources, notes)
+    history = _history(args.history, args.results, entries)
+    rep = build(entries, baseline, threshold, min_s, sources, base_sources, notes, history)
     md, page = write(rep, Path(args.out))
     print(f"report: {md} ({md.stat().st_size} bytes), {page} ({page.stat().st_size} bytes)")
     for line in summary_lines(rep):
@@ -62,6 +64,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("  --fail-on-regression: exit 1")
         return 1
     return 0
+
+
+def _history(dirs: list[str] | None, results_dirs: list[str], tonight: list[Entry]) -> History | None:
+    """--history: the earlier nights (read and checked by load_nights) with tonight's entries, last."""
+    if not dirs:
+        return None
+    nights = load_nights([Path(d) for d in dirs], [Path(d) for d in results_dirs])
+    return trend(nights, Night(TONIGHT, tuple(tonight)))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--baseline", action="append", metavar="DIR", help="results dir to compare against (repeat to merge several)"
     )
+    r.add_argument(
+        "--history", action="extend", nargs="+", metavar="DIR",
+        help="earlier nights' results dirs: a trend per target (ordered by run time)",
+    )  # fmt: skip
     r.add_argument(
         "--out",
         default=DEFAULT_OUT,

@@ -4,6 +4,7 @@ The data flows load -> rules -> sections -> markdown / html (+ plots):
 
 - model.py: the dataclasses, and the edges: reading results dirs (`load`) and merging runners (`merge`);
 - rules.py: the comparisons, pure functions (`build` runs them all into a Report);
+- history.py: the nightly trend over --history dirs, pure (`trend`, given to `build`);
 - sections.py: every table of the report, as plain-text rows (the one place that decides them);
 - markdown.py, html.py: format those tables; plots.py: the only matplotlib user;
 - output.py: `write` puts report.md and report.html in a directory.
@@ -13,6 +14,7 @@ The command line is rlparity.commands.report. The rules are in docs/harness.md.
 
 from __future__ import annotations
 
+from rlparity.report.history import order, trend
 from rlparity.report.html import HTML_ROWS, render_html
 from rlparity.report.html import NAME as HTML_NAME
 from rlparity.report.markdown import MD_LIMIT, MD_ROWS, render_markdown
@@ -24,6 +26,10 @@ from rlparity.report.model import (
     Entry,
     EnvChange,
     Failure,
+    History,
+    Night,
+    NightCount,
+    Onset,
     PerfDelta,
     Report,
     StatusChange,
@@ -31,6 +37,7 @@ from rlparity.report.model import (
     Totals,
     labels,
     load,
+    load_nights,
     merge,
 )
 from rlparity.report.output import write
@@ -63,6 +70,10 @@ __all__ = [
     "Entry",
     "EnvChange",
     "Failure",
+    "History",
+    "Night",
+    "NightCount",
+    "Onset",
     "PerfDelta",
     "Report",
     "Section",
@@ -76,10 +87,12 @@ __all__ = [
     "fixed",
     "labels",
     "load",
+    "load_nights",
     "make_plots",
     "match",
     "merge",
     "new_failures",
+    "order",
     "perf_deltas",
     "regressions",
     "render_html",
@@ -87,5 +100,6 @@ __all__ = [
     "stock_drift",
     "summary_lines",
     "totals",
+    "trend",
     "write",
 ]

@@ -111,6 +111,45 @@ class StockDrift:
         return self.differ / self.total if self.total else 0.0
 
 
+@dataclass(frozen=True)
+class Night:
+    """One night's results: a --history dir, or tonight's (the RESULTS dirs, merged)."""
+
+    label: str
+    entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class NightCount:
+    """One target on one night."""
+
+    cells: int  # any status; 0: the target is not in that night's results
+    passed: int
+    failed: int  # failed or error
+    stock: float | None  # StockDrift.fraction over the cells that ran; None: no stock comparison ran
+
+
+@dataclass(frozen=True)
+class Onset:
+    """A cell failing tonight and the first night of its unbroken run of failures ending tonight."""
+
+    key: str
+    target: str
+    required: bool
+    status: str  # tonight's: failed or error
+    since: int  # index into History.nights (its last index: tonight only)
+    before: str  # its status the night before `since` (passed, skipped, absent); "": `since` is the oldest night
+
+
+@dataclass(frozen=True)
+class History:
+    nights: tuple[str, ...]  # labels, oldest first, tonight last
+    ordered_by: str  # how the earlier nights were put in order (history.BY_TIME or history.AS_GIVEN)
+    by_target: dict[str, tuple[NightCount, ...]]  # target -> one count per night, as `nights`
+    onsets: tuple[Onset, ...]  # required first, then the oldest onset first
+    notes: tuple[str, ...] = ()
+
+
 @dataclass
 class Report:
     sources: list[tuple[str, int]]  # (label, cells read)
@@ -130,6 +169,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     threshold_pct: float = DEFAULT_THRESHOLD
     min_seconds: float = MIN_SECONDS
+    history: History | None = None  # None: no --history given
 
     @property
     def has_baseline(self) -> bool:
@@ -157,6 +197,25 @@ def load(dirs: Sequence[Path]) -> tuple[list[Entry], list[tuple[str, int]], list
     sets = [(label, results.open_dir(d)) for label, d in zip(labels(dirs), dirs, strict=True)]
     entries, notes = merge(sets)
     return entries, [(label, len(rs)) for label, rs in sets], notes
+
+
+TONIGHT = "tonight"  # tonight's label in the history
+
+
+def load_nights(dirs: Sequence[Path], results_dirs: Sequence[Path]) -> list[Night]:
+    """Each --history dir as one night, in the order given (history.order sorts them): read as `load` reads
+    a results dir. A ConfigError names a dir given twice, one of tonight's RESULTS dirs, or a bad dir."""
+    tonight = {d.resolve() for d in results_dirs}
+    resolved = [d.resolve() for d in dirs]
+    for i, (d, r) in enumerate(zip(dirs, resolved, strict=True)):
+        if r in tonight:
+            raise ConfigError("--history dir is also one of the RESULTS dirs (tonight's)", d)
+        if r in resolved[:i]:
+            raise ConfigError("--history dir given twice", d)
+    names = labels(dirs)
+    if TONIGHT in names:  # a dir named "tonight" keeps its full path: the label is tonight's own
+        names = [str(r) for r in resolved]
+    return [Night(name, tuple(load([d])[0])) for name, d in zip(names, dirs, strict=True)]
 
 
 # ---- merging (pure) -------------------------------------------------------------------------------------

@@ -10,11 +10,13 @@ from collections import Counter
 from collections.abc import Sequence
 
 from rlparity.config import import_extra
-from rlparity.report.model import Entry, Report, StockDrift, is_number
+from rlparity.report.model import Entry, History, Report, StockDrift, is_number
 from rlparity.report.rules import match
 from rlparity.results import STATUSES
 
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "error": "#8250df", "skipped": "#afb8c1"}
+STOCK = "#bf8700"  # the stock drift's colour
+HISTORY = "History per target: cells passed / failed per night, stock drift"
 SEVERITY = {"skipped": 1, "passed": 2, "error": 3, "failed": 4}  # the heatmap shows a square's worst
 
 
@@ -38,6 +40,8 @@ def make_plots(rep: Report) -> dict[str, bytes]:
     timed = [e for e in rep.entries if e.status != "skipped" and is_number((e.result.timings or {}).get("wall_s"))]
     if timed:
         plots["Wall time per cell"] = png(_timing_figure(Figure, timed, rep.baseline))
+    if rep.history is not None and rep.history.by_target:
+        plots[HISTORY] = png(_history_figure(Figure, rep.history))
     return plots
 
 
@@ -82,7 +86,7 @@ def _stock_figure(Figure, stock: Sequence[StockDrift]):
     """Per target, the fraction of stock-PyTorch comparisons that differ."""
     fig = Figure(figsize=(max(4.0, 0.8 * len(stock) + 2.0), 2.8))
     ax = fig.subplots()
-    ax.bar(range(len(stock)), [s.fraction for s in stock], color="#bf8700")
+    ax.bar(range(len(stock)), [s.fraction for s in stock], color=STOCK)
     for i, s in enumerate(stock):
         ax.text(i, s.fraction, f"{s.differ}/{s.total}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(stock)), [s.target for s in stock], fontsize=8)
@@ -111,4 +115,42 @@ def _timing_figure(Figure, timed: Sequence[Entry], baseline: Sequence[Entry] | N
     ax.set_xlabel("wall s", fontsize=8)
     if len(timed) > top:
         ax.set_title(f"the {top} slowest of {len(timed)} cells", fontsize=9)
+    return fig
+
+
+def _history_figure(Figure, h: History):
+    """One panel per target over the nights: cells passed and failed (+ error), the stock drift on a second
+    axis where it ran, and a dotted line at the oldest onset of the target's cells failing tonight."""
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    x = range(len(h.nights))
+    fig = Figure(figsize=(max(6.0, 0.7 * len(h.nights) + 3.0), 1.9 * len(h.by_target) + 0.9))
+    axes = fig.subplots(len(h.by_target), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (tgt, counts) in zip(axes, h.by_target.items(), strict=True):
+        ax.plot(x, [c.passed for c in counts], "o-", color=COLOURS["passed"])
+        ax.plot(x, [c.failed for c in counts], "o-", color=COLOURS["failed"])
+        ax.set_ylim(0, 1.15 * max(1, *(max(c.passed, c.failed) for c in counts)))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=7)
+        ax.set_ylabel(tgt, fontsize=8)
+        since = [o.since for o in h.onsets if o.target == tgt]
+        if since:
+            ax.axvline(min(since), color=COLOURS["failed"], linestyle=":")
+        stock = [c.stock if c.stock is not None else float("nan") for c in counts]
+        if any(c.stock is not None for c in counts):
+            sx = ax.twinx()
+            sx.plot(x, stock, "s--", color=STOCK)
+            sx.set_ylim(0, 1.05)
+            sx.tick_params(labelsize=7)
+            sx.set_ylabel("stock drift", fontsize=7, color=STOCK)
+    legend = [
+        Line2D([], [], color=COLOURS["passed"], marker="o", label="passed"),
+        Line2D([], [], color=COLOURS["failed"], marker="o", label="failed + error"),
+        Line2D([], [], color=STOCK, marker="s", linestyle="--", label="stock drift"),
+        Line2D([], [], color=COLOURS["failed"], linestyle=":", label="failing since"),
+    ]
+    axes[0].legend(handles=legend, fontsize=7, ncol=4, loc="lower left", bbox_to_anchor=(0.0, 1.0), frameon=False)
+    axes[-1].set_xticks(list(x), list(h.nights), rotation=30, ha="right", fontsize=8)
+    fig.suptitle("cells per night (left axis); stock drift: the fraction differing (right axis)", fontsize=9)
     return fig

@@ -18,6 +18,7 @@ from rlparity.report.model import (
     Entry,
     EnvChange,
     Failure,
+    History,
     PerfDelta,
     Report,
     StatusChange,
@@ -189,8 +190,10 @@ def build(
     sources: list[tuple[str, int]] | None = None,
     baseline_sources: list[tuple[str, int]] | None = None,
     notes: Sequence[str] = (),
+    history: History | None = None,
 ) -> Report:
-    """Every rule over the current entries and (when given) the baseline's."""
+    """Every rule over the current entries and (when given) the baseline's; `history` (history.trend) is
+    shown as given."""
     entries = sorted(entries, key=lambda e: e.key)
     rep = Report(
         sources=sources or [],
@@ -203,6 +206,7 @@ def build(
         notes=list(notes),
         threshold_pct=threshold_pct,
         min_seconds=min_seconds,
+        history=history,
     )
     if baseline is None:
         rep.failures = failures(entries, None)

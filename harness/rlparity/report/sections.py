@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlparity import gate
-from rlparity.report.model import Entry, Failure, Report, is_number
+from rlparity.report.model import Entry, Failure, History, NightCount, Onset, Report, is_number
 from rlparity.report.rules import canon
 from rlparity.results import STATUSES
 
@@ -189,3 +189,48 @@ def _cell_row(e: Entry) -> list[str]:
         f"{differ}/{total}" if total else "-",
         secs(wall) if is_number(wall) else "-",
     ]
+
+
+def history(rep: Report) -> list[Section]:
+    """With --history: cells passed/failed per target and night, and when each failing cell began failing."""
+    h = rep.history
+    if h is None:
+        return []
+    first: dict[str, Onset] = {}
+    for o in h.onsets:  # each target's oldest onset
+        if o.target not in first or o.since < first[o.target].since:
+            first[o.target] = o
+    rows = [
+        [tgt, *(_night(c) for c in counts), _since(h, first[tgt]) if tgt in first else "-"]
+        for tgt, counts in h.by_target.items()
+    ]
+    note = (
+        f"Cells passed/failed (failed includes error) per target and night, oldest first, ordered {h.ordered_by}; "
+        "failing since: the oldest onset among the target's cells failing tonight."
+    )
+    return [
+        Section("History", ["target", *h.nights, "failing since"], rows, note=" ".join([note, *h.notes])),
+        Section(
+            "Failing since",
+            ["cell", "", "target", "now", "failing since", "nights", "before"],
+            [_onset_row(h, o) for o in h.onsets],
+            "No cell failed or errored tonight",
+            "Each cell failing tonight: the first night of its unbroken run of failures ending tonight (a night "
+            "it passed, was skipped or is absent ends the run), the run's length and the status before it.",
+            CELL,
+        ),
+    ]
+
+
+def _night(c: NightCount) -> str:
+    return f"{c.passed}/{c.failed}" if c.cells else "-"
+
+
+def _since(h: History, o: Onset) -> str:
+    """The onset's night; "or earlier" when the run reaches back to the oldest night given."""
+    return h.nights[o.since] + ("" if o.before else " or earlier")
+
+
+def _onset_row(h: History, o: Onset) -> list[str]:
+    nights = len(h.nights) - o.since
+    return [o.key, req(o.required), o.target, o.status, _since(h, o), str(nights), o.before or "-"]
