@@ -186,3 +186,18 @@ def test_bad_history_exits_3(night_dirs, tmp_path, capsys, case):
     err = capsys.readouterr().err
     assert str(named) in err and why in err
     assert not out.exists()
+
+
+def test_a_night_may_be_a_dir_of_runner_dirs(tmp_path):
+    """The nightly workflow's merged artifact holds one results dir per runner kind (results-<label>/): such
+    a dir is one night of all of them, so its cells count as one night's."""
+    cur = write_set(tmp_path / "nightly", at(current_set(), 10))
+    night = tmp_path / "night-1"
+    rs = at(night_results(1, {1}), 1)
+    gfx = [r for r in rs if r.cell.target == "gfx942"]
+    write_set(night / "results-gfx942", gfx)
+    write_set(night / "results-rest", [r for r in rs if r.cell.target != "gfx942"])
+    (n,) = report.load_nights([night], [cur])
+    assert len(n.entries) == len(rs) and {e.status for e in n.entries if e.key == NEWFAIL.id} == {"failed"}
+    (whole,) = report.load_nights([write_set(tmp_path / "whole", rs)], [cur])
+    assert sorted(e.key for e in n.entries) == sorted(e.key for e in whole.entries)

@@ -215,7 +215,16 @@ def load_nights(dirs: Sequence[Path], results_dirs: Sequence[Path]) -> list[Nigh
     names = labels(dirs)
     if TONIGHT in names:  # a dir named "tonight" keeps its full path: the label is tonight's own
         names = [str(r) for r in resolved]
-    return [Night(name, tuple(load([d])[0])) for name, d in zip(names, dirs, strict=True)]
+    return [Night(name, tuple(load(runner_dirs(d))[0])) for name, d in zip(names, dirs, strict=True)]
+
+
+def runner_dirs(night: Path) -> list[Path]:
+    """One night's results: a results dir, or a dir of them (one per runner kind, as the nightly workflow's
+    merged artifact holds: results-<label>/); anything else goes to `load`, whose error names it."""
+    if (night / "cells").is_dir() or not night.is_dir():
+        return [night]
+    runners = sorted(d for d in night.iterdir() if (d / "cells").is_dir())
+    return runners or [night]
 
 
 # ---- merging (pure) -------------------------------------------------------------------------------------
