@@ -227,3 +227,17 @@ def test_build_refuses_a_prebuilt_or_too_old_entry(copy):
     copy.write_text(images.set_field(copy.read_text(), "cpu", "prebuilt", "true"))
     with pytest.raises(ConfigError, match="prebuilt"):
         images.build(object(), "cpu", path=copy)
+
+
+def test_lock_writes_the_file_whole_or_not_at_all(copy, monkeypatch):
+    """The new text goes to a temporary file renamed over the old one: a failure before the rename leaves
+    the old file byte for byte, and no temporary file behind."""
+    before = copy.read_bytes()
+
+    def no_rename(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(images.os, "replace", no_rename)
+    with pytest.raises(OSError, match="disk full"):
+        images.lock(_FakeRegistry(_published()), copy)
+    assert copy.read_bytes() == before and sorted(p.name for p in copy.parent.iterdir()) == ["images.toml"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -244,4 +245,21 @@ def test_docker_probes_in_a_gpu_image_and_a_missing_image_is_an_environment_erro
     backend.prepare(cells, strict=False)
     assert backend._probe_image == "rocm64-torch26"
     with pytest.raises(EnvError, match="image\\(s\\) not built: rlparity:rocm64-torch26"):
+        DockerBackend(client=_Engine({"rlparity:cpu"}), images=images).prepare(cells, strict=False)
+
+
+def test_a_prebuilt_entry_runs_its_pulled_digest_not_a_project_image():
+    """prebuilt = true: the cells run base@digest as pulled; rlparity:<name> is neither needed nor used."""
+    import dataclasses
+
+    from rlparity.images import load_images
+
+    pulled = "localhost:5000/rlparity-ci@sha256:" + "d" * 64
+    images = {"cpu": dataclasses.replace(load_images()["cpu"], reference=pulled, digest=pulled[-71:], prebuilt=True)}
+    cells = [make_cell(image="cpu")]
+    backend = DockerBackend(client=_Engine({pulled}), images=images)
+    backend.prepare(cells, strict=True)  # pinned, and present under its digest reference only
+    assert backend._reference("cpu") == pulled
+    assert backend.env(cells[0], [])["RLPARITY_IMAGE_DIGEST"] == pulled[-71:]
+    with pytest.raises(EnvError, match="not built: " + re.escape(pulled)):
         DockerBackend(client=_Engine({"rlparity:cpu"}), images=images).prepare(cells, strict=False)
