@@ -105,3 +105,23 @@ def test_submodules_need_no_import_of_their_own() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def _bare_torch_checks(text: str) -> list[int]:
+    """Lines that call TORCH_CHECK( directly (comments aside)."""
+    return [n for n, line in enumerate(text.splitlines(), 1) if "TORCH_CHECK(" in line.split("//")[0]]
+
+
+def test_argument_checks_build_their_message_without_ostream() -> None:
+    """Every check in csrc goes through RL_CHECK (common/check.h): a TORCH_CHECK that formats a number
+    crashed the process on the H200 machine instead of raising (docs/benchmarks.md, 2026-12-02)."""
+    assert _bare_torch_checks('  TORCH_CHECK(n > 0, "at most ", n);\n  RL_CHECK(n > 0, "x");') == [1]  # control
+    assert _bare_torch_checks("// TORCH_CHECK(x) in a comment\n") == []
+    found = {
+        str(p.relative_to(CSRC)): lines
+        for p in sorted(CSRC.rglob("*"))
+        if p.suffix in {".h", ".cuh", ".cpp", ".cu"} and p.name != "check.h"
+        if (lines := _bare_torch_checks(p.read_text()))
+    }
+    assert not found, f"use RL_CHECK (common/check.h), not TORCH_CHECK: {found}"
+    assert sum(p.read_text().count("RL_CHECK(") for p in CSRC.rglob("*_ops.h")) > 40

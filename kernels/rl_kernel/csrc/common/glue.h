@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "check.h"
 #include "dtypes.h"
 #include "launch.h"
 
@@ -23,11 +24,11 @@ struct Rows {
 };
 
 inline void check_logits(const at::Tensor& x, const char* what) {
-  TORCH_CHECK(x.dim() >= 1, "rl_kernel: ", what, " must have at least one dimension (the vocabulary)");
+  RL_CHECK(x.dim() >= 1, "rl_kernel: ", what, " must have at least one dimension (the vocabulary)");
   const auto st = x.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kBFloat16 || st == at::kHalf, "rl_kernel: ", what,
+  RL_CHECK(st == at::kFloat || st == at::kBFloat16 || st == at::kHalf, "rl_kernel: ", what,
               " must be float32, bfloat16 or float16, got ", st);
-  TORCH_CHECK(x.size(-1) >= 1, "rl_kernel: ", what, " has an empty vocabulary dimension (size 0)");
+  RL_CHECK(x.size(-1) >= 1, "rl_kernel: ", what, " has an empty vocabulary dimension (size 0)");
 }
 
 inline Rows rows_of(const at::Tensor& x) {
@@ -45,17 +46,17 @@ inline std::vector<int64_t> lead_shape(const at::Tensor& x) {
 }
 
 inline void check_tokens(const at::Tensor& logits, const at::Tensor& tokens) {
-  TORCH_CHECK(tokens.scalar_type() == at::kLong, "rl_kernel: tokens must be int64, got ",
+  RL_CHECK(tokens.scalar_type() == at::kLong, "rl_kernel: tokens must be int64, got ",
               tokens.scalar_type());
-  TORCH_CHECK(tokens.device() == logits.device(), "rl_kernel: tokens are on ", tokens.device(),
+  RL_CHECK(tokens.device() == logits.device(), "rl_kernel: tokens are on ", tokens.device(),
               " but logits are on ", logits.device());
-  TORCH_CHECK(tokens.sizes() == logits.sizes().slice(0, logits.dim() - 1),
+  RL_CHECK(tokens.sizes() == logits.sizes().slice(0, logits.dim() - 1),
               "rl_kernel: tokens shape ", tokens.sizes(), " must equal logits shape without the last dim ",
               logits.sizes().slice(0, logits.dim() - 1));
 }
 
 inline void check_same_device(const at::Tensor& a, const at::Tensor& b, const char* an, const char* bn) {
-  TORCH_CHECK(a.device() == b.device(), "rl_kernel: ", an, " is on ", a.device(), " but ", bn, " is on ",
+  RL_CHECK(a.device() == b.device(), "rl_kernel: ", an, " is on ", a.device(), " but ", bn, " is on ",
               b.device());
 }
 
@@ -71,7 +72,7 @@ inline void dispatch_dtype(const at::Tensor& x, F&& f) {
     case at::kFloat: f(F32{}); break;
     case at::kBFloat16: f(BF16{}); break;
     case at::kHalf: f(F16{}); break;
-    default: TORCH_CHECK(false, "rl_kernel: unsupported dtype ", x.scalar_type());
+    default: RL_CHECK(false, "rl_kernel: unsupported dtype ", x.scalar_type());
   }
 }
 

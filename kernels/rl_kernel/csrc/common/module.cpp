@@ -10,14 +10,14 @@ namespace {
 // Sets the cap on rows per GPU launch (n <= 0: the default) and returns the previous
 // one. A no-op for the CPU executor, which has no launches.
 int64_t set_max_rows_per_launch(int64_t n) {
-  TORCH_CHECK(n <= rl::RL_LIMIT_MAX_ROWS_PER_LAUNCH, "rl_kernel: at most ", rl::RL_LIMIT_MAX_ROWS_PER_LAUNCH,
+  RL_CHECK(n <= rl::RL_LIMIT_MAX_ROWS_PER_LAUNCH, "rl_kernel: at most ", rl::RL_LIMIT_MAX_ROWS_PER_LAUNCH,
               " rows per launch, got ", n);
   return rl::max_rows_per_launch().exchange(n > 0 ? n : rl::RL_DEFAULT_MAX_ROWS_PER_LAUNCH);
 }
 
 // [first row, rows] of each launch for rows rows under the cap max_rows (launch.h).
 std::vector<int64_t> launch_plan(int64_t rows, int64_t max_rows) {
-  TORCH_CHECK(max_rows > 0, "rl_kernel: max_rows must be positive");
+  RL_CHECK(max_rows > 0, "rl_kernel: max_rows must be positive");
   std::vector<int64_t> plan;
   for (int64_t i = 0; i < rl::launch_count(rows, max_rows); ++i) {
     plan.push_back(rl::launch_first_row(i, max_rows));

@@ -11,7 +11,7 @@ namespace {
 
 unsigned blocks_for(int64_t n, int64_t per_block, const char* what) {
   const int64_t b = (n + per_block - 1) / per_block;
-  TORCH_CHECK(b <= int64_t(0x7fffffff), "rl_kernel: ", what, ": ", n, " items are more than one launch takes");
+  RL_CHECK(b <= int64_t(0x7fffffff), "rl_kernel: ", what, ": ", n, " items are more than one launch takes");
   return static_cast<unsigned>(b);
 }
 
@@ -26,7 +26,7 @@ void launch_grid(Kernel kernel, dim3 grid, int threads, size_t shared, Args... a
 // Shared memory of a norm row: its chunk sums, padded to a power of two.
 size_t norm_shared(int64_t H) {
   const int64_t chunks = chunks_of(H);
-  TORCH_CHECK(chunks <= RL_NORM_MAX_CHUNKS, "rl_kernel: rms_norm rows of at most ", RL_NORM_MAX_CHUNKS * RL_CHUNK,
+  RL_CHECK(chunks <= RL_NORM_MAX_CHUNKS, "rl_kernel: rms_norm rows of at most ", RL_NORM_MAX_CHUNKS * RL_CHUNK,
               " elements on the GPU, got ", H);
   int64_t width = 1;
   while (width < chunks) width <<= 1;
@@ -62,7 +62,7 @@ struct GpuExec {
                      const typename D::storage* w, const typename D::storage* bias, typename D::storage* y) {
     if (M <= RL_SKINNY_MAX_M) return linear_skinny<D>(M, N, K, x, ldx, w, bias, y);
     const int64_t mt = (M + RL_GEMM_BM - 1) / RL_GEMM_BM;
-    TORCH_CHECK(mt <= 65535, "rl_kernel: linear takes at most ", 65535 * RL_GEMM_BM, " rows per call, got ", M);
+    RL_CHECK(mt <= 65535, "rl_kernel: linear takes at most ", 65535 * RL_GEMM_BM, " rows per call, got ", M);
     const dim3 grid(blocks_for(N, RL_GEMM_BN, "linear"), static_cast<unsigned>(mt));
     launch_grid(linear_kernel<D>, grid, RL_GEMM_THREADS, 0, M, N, K, x, ldx, w, bias, y);
   }
@@ -92,7 +92,7 @@ struct GpuExec {
   template <class D>
   static void rotary(int64_t B, int64_t H, int64_t T, int64_t Dh, const typename D::storage* x, const float* cosv,
                      const float* sinv, typename D::storage* out) {
-    TORCH_CHECK(B <= 65535 && H <= 65535, "rl_kernel: rotary takes at most 65535 sequences and heads on the GPU");
+    RL_CHECK(B <= 65535 && H <= 65535, "rl_kernel: rotary takes at most 65535 sequences and heads on the GPU");
     launch_grid(rotary_kernel<D>, dim3(blocks_for(T, 1, "rotary"), unsigned(H), unsigned(B)), RL_ROPE_THREADS, 0, H,
                 T, Dh, x, cosv, sinv, out);
   }
@@ -120,9 +120,9 @@ struct GpuExec {
                         float* stats) {
     if (rows == 0) return;
     const int64_t group = Hq / Hkv, B = rows / (Hq * Tq);
-    TORCH_CHECK(group <= RL_ATTN_MAX_WARPS, "rl_kernel: attention takes at most ", RL_ATTN_MAX_WARPS,
+    RL_CHECK(group <= RL_ATTN_MAX_WARPS, "rl_kernel: attention takes at most ", RL_ATTN_MAX_WARPS,
                 " query heads per KV head on the GPU, got ", group);
-    TORCH_CHECK(B <= 65535 && Hkv <= 65535, "rl_kernel: attention takes at most 65535 sequences and KV heads");
+    RL_CHECK(B <= 65535 && Hkv <= 65535, "rl_kernel: attention takes at most 65535 sequences and KV heads");
     const int qc = int(group >= 8 ? 1 : 8 / group);
     const int warps = int(group) * qc;
     const size_t shared = size_t(attn_shared_floats(Dh, warps)) * sizeof(float);
@@ -142,7 +142,7 @@ struct GpuExec {
                                  const int64_t* k_start, float scale, typename D::storage* dq, typename D::storage* dk,
                                  typename D::storage* dv) {
     if (B == 0 || Hq == 0) return;
-    TORCH_CHECK(B <= 65535 && Hq <= 65535, "rl_kernel: attention takes at most 65535 sequences and heads");
+    RL_CHECK(B <= 65535 && Hq <= 65535, "rl_kernel: attention takes at most 65535 sequences and heads");
     at::Tensor rowg = at::empty({B * Hq * Tq * 4}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
     float* rg = rowg.data_ptr<float>();
     launch_grid(attention_row_grad_kernel<D>, dim3(blocks_for(Tq, 128, "attention"), unsigned(Hq), unsigned(B)), 128,

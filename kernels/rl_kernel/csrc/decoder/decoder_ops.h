@@ -15,18 +15,18 @@ namespace rl {
 
 inline void check_float(const at::Tensor& t, const char* what) {
   const auto st = t.scalar_type();
-  TORCH_CHECK(st == at::kFloat || st == at::kBFloat16 || st == at::kHalf, "rl_kernel: ", what,
+  RL_CHECK(st == at::kFloat || st == at::kBFloat16 || st == at::kHalf, "rl_kernel: ", what,
               " must be float32, bfloat16 or float16, got ", st);
 }
 
 inline void check_like(const at::Tensor& t, const at::Tensor& ref, const char* what, const char* ref_what) {
-  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "rl_kernel: ", what, " is ", t.scalar_type(), " but ", ref_what,
+  RL_CHECK(t.scalar_type() == ref.scalar_type(), "rl_kernel: ", what, " is ", t.scalar_type(), " but ", ref_what,
               " is ", ref.scalar_type(), " (they must have one dtype)");
   check_same_device(t, ref, what, ref_what);
 }
 
 inline void check_dim(const at::Tensor& t, int64_t dim, const char* what) {
-  TORCH_CHECK(t.dim() == dim, "rl_kernel: ", what, " must have ", dim, " dimensions, got shape ", t.sizes());
+  RL_CHECK(t.dim() == dim, "rl_kernel: ", what, " must have ", dim, " dimensions, got shape ", t.sizes());
 }
 
 // 1/n, the mean's factor (section 11): the double quotient rounded to binary32, on the host.
@@ -35,16 +35,16 @@ inline float inverse_of(int64_t n) { return float(1.0 / double(n)); }
 template <class Exec>
 at::Tensor linear_op(const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias) {
   check_float(x, "x");
-  TORCH_CHECK(x.dim() >= 1, "rl_kernel: x must have at least one dimension (the features)");
+  RL_CHECK(x.dim() >= 1, "rl_kernel: x must have at least one dimension (the features)");
   check_dim(weight, 2, "weight");
   check_like(weight, x, "weight", "x");
-  TORCH_CHECK(weight.size(1) == x.size(-1), "rl_kernel: weight is [N, K] = ", weight.sizes(), " but x has K = ",
+  RL_CHECK(weight.size(1) == x.size(-1), "rl_kernel: weight is [N, K] = ", weight.sizes(), " but x has K = ",
               x.size(-1), " features");
   at::Tensor b;
   if (bias.has_value() && bias->defined()) {
     b = bias->contiguous();
     check_like(b, x, "bias", "x");
-    TORCH_CHECK(b.dim() == 1 && b.size(0) == weight.size(0), "rl_kernel: bias must be [N] = [", weight.size(0),
+    RL_CHECK(b.dim() == 1 && b.size(0) == weight.size(0), "rl_kernel: bias must be [N] = [", weight.size(0),
                 "], got ", b.sizes());
   }
   const typename Exec::Guard guard(x);
@@ -65,11 +65,11 @@ at::Tensor linear_op(const at::Tensor& x, const at::Tensor& weight, const c10::o
 template <class Exec>
 std::tuple<at::Tensor, at::Tensor> rms_norm_op(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_float(x, "x");
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "rl_kernel: x must have a non-empty last dimension");
+  RL_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "rl_kernel: x must have a non-empty last dimension");
   check_like(weight, x, "weight", "x");
-  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), "rl_kernel: weight must be [", x.size(-1),
+  RL_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1), "rl_kernel: weight must be [", x.size(-1),
               "], got ", weight.sizes());
-  TORCH_CHECK(eps >= 0.0, "rl_kernel: eps must be >= 0, got ", eps);
+  RL_CHECK(eps >= 0.0, "rl_kernel: eps must be >= 0, got ", eps);
   const typename Exec::Guard guard(x);
   const at::Tensor xc = x.contiguous(), w = weight.contiguous();
   const int64_t H = x.size(-1), rows = x.numel() / H;
@@ -87,8 +87,8 @@ template <class Exec>
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward_op(const at::Tensor& grad, const at::Tensor& x,
                                                         const at::Tensor& weight, const at::Tensor& rstd) {
   check_like(grad, x, "grad", "x");
-  TORCH_CHECK(grad.sizes() == x.sizes(), "rl_kernel: grad shape ", grad.sizes(), " must equal x shape ", x.sizes());
-  TORCH_CHECK(rstd.scalar_type() == at::kFloat && rstd.numel() * x.size(-1) == x.numel(),
+  RL_CHECK(grad.sizes() == x.sizes(), "rl_kernel: grad shape ", grad.sizes(), " must equal x shape ", x.sizes());
+  RL_CHECK(rstd.scalar_type() == at::kFloat && rstd.numel() * x.size(-1) == x.numel(),
               "rl_kernel: rstd must be the float32 per-row values rms_norm returned");
   const typename Exec::Guard guard(x);
   const at::Tensor g = grad.contiguous(), xc = x.contiguous(), w = weight.contiguous(), r = rstd.contiguous();
@@ -106,9 +106,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_op(const at::Tensor& grad, 
 
 template <class Exec>
 std::tuple<at::Tensor, at::Tensor> rope_table_op(const at::Tensor& positions, const at::Tensor& inv_freq) {
-  TORCH_CHECK(positions.scalar_type() == at::kLong, "rl_kernel: positions must be int64, got ",
+  RL_CHECK(positions.scalar_type() == at::kLong, "rl_kernel: positions must be int64, got ",
               positions.scalar_type());
-  TORCH_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.dim() == 1,
+  RL_CHECK(inv_freq.scalar_type() == at::kFloat && inv_freq.dim() == 1,
               "rl_kernel: inv_freq must be a 1-d float32 tensor, got ", inv_freq.scalar_type(), " ", inv_freq.sizes());
   check_same_device(inv_freq, positions, "inv_freq", "positions");
   const typename Exec::Guard guard(positions);
@@ -125,10 +125,10 @@ template <class Exec>
 at::Tensor rotary_op(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   check_float(x, "x");
   check_dim(x, 4, "x ([batch, heads, seq, head_dim])");
-  TORCH_CHECK(x.size(3) % 2 == 0, "rl_kernel: head_dim must be even, got ", x.size(3));
+  RL_CHECK(x.size(3) % 2 == 0, "rl_kernel: head_dim must be even, got ", x.size(3));
   for (const auto* t : {&cos, &sin}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat, "rl_kernel: cos and sin must be float32 (rope_table's output)");
-    TORCH_CHECK(t->sizes() == at::IntArrayRef({x.size(0), x.size(2), x.size(3) / 2}),
+    RL_CHECK(t->scalar_type() == at::kFloat, "rl_kernel: cos and sin must be float32 (rope_table's output)");
+    RL_CHECK(t->sizes() == at::IntArrayRef({x.size(0), x.size(2), x.size(3) / 2}),
                 "rl_kernel: cos and sin must be [batch, seq, head_dim / 2] = [", x.size(0), ", ", x.size(2), ", ",
                 x.size(3) / 2, "], got ", t->sizes());
     check_same_device(*t, x, "cos/sin", "x");
@@ -148,7 +148,7 @@ template <class Exec>
 at::Tensor silu_mul_op(const at::Tensor& gate, const at::Tensor& up) {
   check_float(gate, "gate");
   check_like(up, gate, "up", "gate");
-  TORCH_CHECK(up.sizes() == gate.sizes(), "rl_kernel: up shape ", up.sizes(), " must equal gate shape ", gate.sizes());
+  RL_CHECK(up.sizes() == gate.sizes(), "rl_kernel: up shape ", up.sizes(), " must equal gate shape ", gate.sizes());
   const typename Exec::Guard guard(gate);
   const at::Tensor g = gate.contiguous(), u = up.contiguous();
   at::Tensor out = at::empty_like(g);
@@ -166,7 +166,7 @@ std::tuple<at::Tensor, at::Tensor> silu_mul_backward_op(const at::Tensor& grad, 
   check_float(gate, "gate");
   check_like(up, gate, "up", "gate");
   check_like(grad, gate, "grad", "gate");
-  TORCH_CHECK(up.sizes() == gate.sizes() && grad.sizes() == gate.sizes(),
+  RL_CHECK(up.sizes() == gate.sizes() && grad.sizes() == gate.sizes(),
               "rl_kernel: grad, gate and up must have one shape");
   const typename Exec::Guard guard(gate);
   const at::Tensor dy = grad.contiguous(), g = gate.contiguous(), u = up.contiguous();
@@ -190,17 +190,17 @@ std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::T
   check_dim(k, 4, "k ([batch, kv_heads, kv_len, head_dim])");
   check_like(k, q, "k", "q");
   check_like(v, q, "v", "q");
-  TORCH_CHECK(v.sizes() == k.sizes(), "rl_kernel: v shape ", v.sizes(), " must equal k shape ", k.sizes());
+  RL_CHECK(v.sizes() == k.sizes(), "rl_kernel: v shape ", v.sizes(), " must equal k shape ", k.sizes());
   const int64_t B = q.size(0), Hq = q.size(1), Tq = q.size(2), Dh = q.size(3), Hkv = k.size(1), Tk = k.size(2);
-  TORCH_CHECK(k.size(0) == B && k.size(3) == Dh, "rl_kernel: k is ", k.sizes(), " but q is ", q.sizes(),
+  RL_CHECK(k.size(0) == B && k.size(3) == Dh, "rl_kernel: k is ", k.sizes(), " but q is ", q.sizes(),
               " (batch and head_dim must agree)");
-  TORCH_CHECK(Hkv >= 1 && Hq % Hkv == 0, "rl_kernel: q has ", Hq, " heads, not a multiple of k's ", Hkv);
-  TORCH_CHECK(Dh >= 1 && Dh <= RL_ATTN_MAX_DIM, "rl_kernel: head_dim must be 1 .. ", RL_ATTN_MAX_DIM,
+  RL_CHECK(Hkv >= 1 && Hq % Hkv == 0, "rl_kernel: q has ", Hq, " heads, not a multiple of k's ", Hkv);
+  RL_CHECK(Dh >= 1 && Dh <= RL_ATTN_MAX_DIM, "rl_kernel: head_dim must be 1 .. ", RL_ATTN_MAX_DIM,
               ", got ", Dh);
-  TORCH_CHECK(q_pos.scalar_type() == at::kLong && q_pos.sizes() == at::IntArrayRef({B, Tq}),
+  RL_CHECK(q_pos.scalar_type() == at::kLong && q_pos.sizes() == at::IntArrayRef({B, Tq}),
               "rl_kernel: q_pos must be int64 [batch, q_len] = [", B, ", ", Tq, "], got ", q_pos.scalar_type(), " ",
               q_pos.sizes());
-  TORCH_CHECK(k_start.scalar_type() == at::kLong && k_start.sizes() == at::IntArrayRef({B}),
+  RL_CHECK(k_start.scalar_type() == at::kLong && k_start.sizes() == at::IntArrayRef({B}),
               "rl_kernel: k_start must be int64 [batch] = [", B, "], got ", k_start.scalar_type(), " ", k_start.sizes());
   check_same_device(q_pos, q, "q_pos", "q");
   check_same_device(k_start, q, "k_start", "q");
@@ -227,9 +227,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_op(const at::T
                                                                      const at::Tensor& k_start, double scale) {
   check_like(grad, q, "grad", "q");
   check_like(out, q, "out", "q");
-  TORCH_CHECK(grad.sizes() == q.sizes() && out.sizes() == q.sizes(), "rl_kernel: grad and out must be shaped like q ",
+  RL_CHECK(grad.sizes() == q.sizes() && out.sizes() == q.sizes(), "rl_kernel: grad and out must be shaped like q ",
               q.sizes());
-  TORCH_CHECK(stats.scalar_type() == at::kFloat && stats.dim() == 4 && stats.size(3) == 2 &&
+  RL_CHECK(stats.scalar_type() == at::kFloat && stats.dim() == 4 && stats.size(3) == 2 &&
                   stats.numel() == 2 * q.numel() / q.size(3),
               "rl_kernel: stats must be the float32 [batch, heads, q_len, 2] statistics attention returned");
   const typename Exec::Guard guard(q);

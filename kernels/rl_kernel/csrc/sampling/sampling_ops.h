@@ -16,9 +16,9 @@ template <class Exec>
 at::Tensor gumbel_argmax_op(const at::Tensor& scores, const at::Tensor& keys, const at::Tensor& steps, int64_t seed) {
   check_logits(scores, "scores");
   for (const auto& [t, what] : {std::pair<const at::Tensor&, const char*>{keys, "keys"}, {steps, "steps"}}) {
-    TORCH_CHECK(t.scalar_type() == at::kLong, "rl_kernel: ", what, " must be int64, got ", t.scalar_type());
+    RL_CHECK(t.scalar_type() == at::kLong, "rl_kernel: ", what, " must be int64, got ", t.scalar_type());
     check_same_device(t, scores, what, "scores");
-    TORCH_CHECK(t.sizes() == scores.sizes().slice(0, scores.dim() - 1), "rl_kernel: ", what, " shape ", t.sizes(),
+    RL_CHECK(t.sizes() == scores.sizes().slice(0, scores.dim() - 1), "rl_kernel: ", what, " shape ", t.sizes(),
                 " must equal scores shape without the last dim ", scores.sizes().slice(0, scores.dim() - 1));
   }
   const typename Exec::Guard guard(scores);

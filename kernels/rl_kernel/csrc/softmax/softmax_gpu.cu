@@ -16,7 +16,7 @@ namespace {
 template <class Kernel, class... Args>
 void launch_nodes(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
   if (rows == 0 || nodes == 0) return;
-  TORCH_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
+  RL_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
 #if defined(RL_MUTATIONS)
   sync_mutation();
 #endif
@@ -169,7 +169,7 @@ struct GpuExec {
   template <class D>
   static void join_token(const float* part, const HostNodes& nodes, const typename D::storage* x, const Rows& r,
                          const int64_t* tok, int64_t ignore, float* out, float* stats) {
-    TORCH_CHECK(nodes.levels.empty(), "rl_kernel: join_token takes a row's equal parts (one level)");
+    RL_CHECK(nodes.levels.empty(), "rl_kernel: join_token takes a row's equal parts (one level)");
     launch_per_warp(join_parts_token_kernel<D>, r.n, part, nodes.n, nodes.uniform_level, x, r.stride, r.v, tok,
                     ignore, out, stats);
   }

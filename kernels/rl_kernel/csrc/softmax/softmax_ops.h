@@ -106,7 +106,7 @@ at::Tensor log_softmax_op(const at::Tensor& logits) {
 template <class Exec>
 at::Tensor log_softmax_backward_op(const at::Tensor& grad_output, const at::Tensor& output,
                                    at::ScalarType input_dtype) {
-  TORCH_CHECK(grad_output.sizes() == output.sizes(), "rl_kernel: grad_output shape ", grad_output.sizes(),
+  RL_CHECK(grad_output.sizes() == output.sizes(), "rl_kernel: grad_output shape ", grad_output.sizes(),
               " must equal output shape ", output.sizes());
   check_same_device(grad_output, output, "grad_output", "output");
   const typename Exec::Guard guard(output);
@@ -167,7 +167,7 @@ at::Tensor row_backward(const at::Tensor& grad, const at::Tensor& logits, const 
 }
 
 inline void check_valid(int64_t valid, const at::Tensor& logits) {
-  TORCH_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
+  RL_CHECK(valid >= 0 && valid <= logits.size(-1), "rl_kernel: valid must be in [0, ", logits.size(-1),
               "], got ", valid);
 }
 
@@ -254,24 +254,24 @@ at::Tensor entropy_backward_slice_op(const at::Tensor& grad, const at::Tensor& l
 // the row from global element 8 * chunk0. Each node must start inside the slice's valid chunks.
 inline void check_nodes(at::IntArrayRef levels, at::IntArrayRef indices, int64_t chunk0, int64_t valid,
                         int64_t width) {
-  TORCH_CHECK(levels.size() == indices.size(), "rl_kernel: ", levels.size(), " node levels but ", indices.size(),
+  RL_CHECK(levels.size() == indices.size(), "rl_kernel: ", levels.size(), " node levels but ", indices.size(),
               " node indices");
-  TORCH_CHECK(chunk0 >= 0, "rl_kernel: chunk0 must be >= 0, got ", chunk0);
-  TORCH_CHECK(valid >= 0 && valid <= width, "rl_kernel: valid must be in [0, ", width, "], got ", valid);
+  RL_CHECK(chunk0 >= 0, "rl_kernel: chunk0 must be >= 0, got ", chunk0);
+  RL_CHECK(valid >= 0 && valid <= width, "rl_kernel: valid must be in [0, ", width, "], got ", valid);
   for (size_t k = 0; k < levels.size(); ++k) {
-    TORCH_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
+    RL_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
                 ", index ", indices[k], ")");
     const NodeRange nr = node_range(chunk0, valid, int(levels[k]), indices[k]);
-    TORCH_CHECK(nr.first >= 0 && nr.n > 0, "rl_kernel: node (level ", levels[k], ", index ", indices[k],
+    RL_CHECK(nr.first >= 0 && nr.n > 0, "rl_kernel: node (level ", levels[k], ", index ", indices[k],
                 ") does not start inside the slice's chunks [", chunk0, ", ", chunk0 + chunks_of(valid), ")");
   }
 }
 
 inline void check_join(at::IntArrayRef levels, at::IntArrayRef indices, int64_t nodes) {
-  TORCH_CHECK(levels.size() == indices.size() && int64_t(levels.size()) == nodes, "rl_kernel: ", nodes,
+  RL_CHECK(levels.size() == indices.size() && int64_t(levels.size()) == nodes, "rl_kernel: ", nodes,
               " node values but ", levels.size(), " levels and ", indices.size(), " indices");
   for (size_t k = 0; k < levels.size(); ++k)
-    TORCH_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
+    RL_CHECK(levels[k] >= 0 && levels[k] <= 40 && indices[k] >= 0, "rl_kernel: bad node (level ", levels[k],
                 ", index ", indices[k], ")");
 }
 
@@ -306,7 +306,7 @@ at::Tensor node_entropy_op(const at::Tensor& logits, const at::Tensor& stats, in
   const typename Exec::Guard guard(logits);
   const Rows x = rows_of(logits);
   const at::Tensor st = stats.to(at::kFloat).reshape({-1, 3}).contiguous();
-  TORCH_CHECK(st.size(0) == x.n, "rl_kernel: stats has ", st.size(0), " rows, logits ", x.n);
+  RL_CHECK(st.size(0) == x.n, "rl_kernel: stats has ", st.size(0), " rows, logits ", x.n);
   const int64_t nodes = int64_t(levels.size());
   at::Tensor out = at::empty({x.n, nodes}, f32_like(logits));
   dispatch_dtype(x.t, [&](auto d) {
@@ -319,7 +319,7 @@ at::Tensor node_entropy_op(const at::Tensor& logits, const at::Tensor& stats, in
 
 template <class Exec>
 at::Tensor join_stats_op(const at::Tensor& partials, at::IntArrayRef levels, at::IntArrayRef indices) {
-  TORCH_CHECK(partials.dim() >= 2 && partials.size(-1) == 2 && partials.scalar_type() == at::kFloat,
+  RL_CHECK(partials.dim() >= 2 && partials.size(-1) == 2 && partials.scalar_type() == at::kFloat,
               "rl_kernel: partials must be float32 [..., nodes, 2], got ", partials.scalar_type(), " ",
               partials.sizes());
   check_join(levels, indices, partials.size(-2));
@@ -336,14 +336,14 @@ at::Tensor join_stats_op(const at::Tensor& partials, at::IntArrayRef levels, at:
 template <class Exec>
 at::Tensor join_sum_op(const at::Tensor& partials, const at::Tensor& stats, at::IntArrayRef levels,
                        at::IntArrayRef indices) {
-  TORCH_CHECK(partials.dim() >= 1 && partials.scalar_type() == at::kFloat,
+  RL_CHECK(partials.dim() >= 1 && partials.scalar_type() == at::kFloat,
               "rl_kernel: partials must be float32 [..., nodes], got ", partials.scalar_type());
   check_join(levels, indices, partials.size(-1));
   check_same_device(partials, stats, "partials", "stats");
   const typename Exec::Guard guard(partials);
   const at::Tensor p = partials.reshape({-1, partials.size(-1)}).contiguous();
   const at::Tensor st = stats.to(at::kFloat).reshape({-1, 3}).contiguous();
-  TORCH_CHECK(st.size(0) == p.size(0), "rl_kernel: stats has ", st.size(0), " rows, partials ", p.size(0));
+  RL_CHECK(st.size(0) == p.size(0), "rl_kernel: stats has ", st.size(0), " rows, partials ", p.size(0));
   at::Tensor out = at::empty({p.size(0)}, p.options());
   Exec::join_sum(p.const_data_ptr<float>(), p.size(0), given_nodes(levels, indices), st.const_data_ptr<float>(),
                  out.data_ptr<float>());
@@ -354,7 +354,7 @@ at::Tensor join_sum_op(const at::Tensor& partials, const at::Tensor& stats, at::
 
 // The previous forced level (-1: the executor's choice); see forced_split_level.
 inline int64_t set_row_split(int64_t level) {
-  TORCH_CHECK(level >= -1 && level <= RL_NO_SPLIT, "rl_kernel: row split level must be in [-1, ", RL_NO_SPLIT,
+  RL_CHECK(level >= -1 && level <= RL_NO_SPLIT, "rl_kernel: row split level must be in [-1, ", RL_NO_SPLIT,
               "], got ", level);
   return forced_split_level().exchange(int(level));
 }
