@@ -37,9 +37,9 @@ def train_step(model, r: M.Rollout, p: M.Prompts, opt) -> None:
     old = rl_kernel.token_logprobs(r.logits, r.completions).cuda()
     opt.zero_grad(set_to_none=True)
     lp = M.micro_logprobs(model, seqs, r.completions, "cuda")
-    ratio = torch.exp(lp - old)
     adv = M.advantages(len(seqs), 0).cuda()[:, None]
-    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - M.CLIP, 1 + M.CLIP) * adv).sum() / (len(seqs) * new)
+    keep = torch.ones(len(seqs), new, device="cuda")
+    loss, _ = M.grpo_loss(lp, old, adv, keep, keep.sum())
     loss.backward()
     opt.step()
 

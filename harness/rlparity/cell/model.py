@@ -311,10 +311,8 @@ def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micr
         for lo in range(0, batch, micro):
             idx = list(range(lo, min(batch, lo + micro)))
             lp = micro_logprobs(model, [seqs[b] for b in idx], r.completions[idx], device)
-            ratio = torch.exp(lp - old[idx].to(device))
             a, k = adv[idx].to(device)[:, None], keep[idx].to(device)
-            surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * a)
-            loss = -(surrogate * k).sum() / keep.sum().to(device)
+            loss, ratio = grpo_loss(lp, old[idx].to(device), a, k, keep.sum().to(device))
             loss.backward()
             ratios[idx], lps[idx] = ratio.detach().cpu(), lp.detach().cpu()
         opt.step()
@@ -322,6 +320,17 @@ def train(model, r: Rollout, p: Prompts, device, seed: int, steps: int = 2, micr
             first_ratios, first_lp, first_weights = ratios, lps, _weights(model)
     model.eval()
     return StepResult(first_ratios, first_lp, first_weights, _weights(model))
+
+
+def grpo_loss(
+    lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor, keep: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO's clipped surrogate over the kept tokens, and the ratios exp(lp - old). `tokens` is the whole
+    batch's kept-token count, a tensor on lp's device (a true division: a Python divisor would be a multiply by
+    its reciprocal on a GPU), so micro-batches' losses add up to the batch mean."""
+    ratio = torch.exp(lp - old)
+    surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1 - CLIP, 1 + CLIP) * adv)
+    return -(surrogate * keep).sum() / tokens, ratio
 
 
 def _weights(model) -> dict[str, torch.Tensor]:
