@@ -57,14 +57,16 @@ def _client():
 
 
 def _lock(client, path: Path, names: list[str], update: bool) -> int:
-    for o in images.lock(client, path, names or None, update):
+    outcomes = images.lock(client, path, names or None, update)
+    for o in outcomes:
         marks = {
             "verified": f"[green]{o.digest}[/] (verified: the pinned digest)",
             "pinned": f"[green]{o.digest}[/] (newly pinned)",
             "updated": f"[yellow]{o.digest}[/] (updated: was {o.pinned})",
         }
         console.print(f"  {o.name:18} {o.reference}  {marks.get(o.note, o.note)}")
-    console.print(f"wrote {path}")
+    # lock writes only where a digest was resolved (built-locally entries have none)
+    console.print(f"wrote {path}" if any(o.digest for o in outcomes) else f"{path} unchanged: nothing to resolve")
     return 0
 
 
