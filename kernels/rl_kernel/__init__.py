@@ -2,7 +2,8 @@
 
 The same inputs give the same bits on the CPU (the golden reference), CUDA and
 HIP builds, at every batch size and on every run: the reduction order and the
-arithmetic are fixed by docs/numerics.md. This is the `exact` tier.
+arithmetic are fixed by docs/numerics.md. These are the `exact` tier's operators; rl_kernel.tiers
+lists every tier this installation offers (`tiers.get("fast")`).
 
     logp = rl_kernel.token_logprobs(logits, tokens)       # [...], fp32
     lsm  = rl_kernel.log_softmax(logits)                  # [..., V], fp32
@@ -17,7 +18,7 @@ This module only re-exports: the operators live in rl_kernel.ops.<family>.
 
 from __future__ import annotations
 
-from rl_kernel import bitwise, ops, optim, reference
+from rl_kernel import bitwise, ops, optim, reference, tiers
 from rl_kernel._library import has_gpu_kernels
 from rl_kernel.ops.decoder import (
     attention,
@@ -41,7 +42,6 @@ from rl_kernel.ops.softmax import (
 )
 
 __all__ = [
-    "TIER",
     "BitwiseLogSoftmax",
     "attention",
     "bitwise",
@@ -62,7 +62,6 @@ __all__ = [
     "rotary",
     "row_stats",
     "silu_mul",
+    "tiers",
     "token_logprobs",
 ]
-
-TIER = "exact"

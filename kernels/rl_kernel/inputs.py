@@ -12,6 +12,12 @@ import torch
 # (8) and the GPU's warp tile (256 chunks), and real tokenizers (Llama-2, GPT-2, Llama-3, Qwen).
 VOCABS = (1, 7, 255, 256, 257, 32000, 50257, 128256, 151936)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the harness's names
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """fp32 / bf16 / fp16: the name cells, tiers and matrix files use for a dtype."""
+    return next(name for name, d in DTYPE_NAMES.items() if d == dtype)
 
 
 def logits(rows: int, vocab: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:

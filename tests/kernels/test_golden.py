@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rl_kernel import golden, inputs
-from rl_kernel.ops import all_specs
+from rl_kernel.checks import all_specs
 
 FAMILIES = golden.families()
 

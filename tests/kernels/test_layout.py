@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import importlib
 import runpy
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import rl_kernel
-from rl_kernel import build_flags
-from rl_kernel.ops import all_specs, families
+from rl_kernel import build_flags, checks, tiers
+from rl_kernel.checks import all_specs, families
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kernels" / "rl_kernel" / "csrc"
@@ -57,8 +60,33 @@ def test_build_flags_load_without_the_extension() -> None:
     assert "-ffp-contract=off" in flags["CXX_FLAGS"]
 
 
-def test_every_family_has_its_folders() -> None:
-    for family in families():
+# What the Hugging Face patch takes from a tier's layers module (integrations/transformers.py).
+LAYER_NAMES = ("linear", "embedding", "rms_norm", "rope_inv_freq", "rope_table", "silu_mul", "attention",
+               "positions_from_mask")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(tiers.tiers()))
+def test_every_tier_declares_its_parts(name: str) -> None:
+    """A tier's descriptor holds together: its operators exist, its layers module has what the patch swaps,
+    its checks package has families, and a tier with a CPU reference is built from csrc/ (the folders below)."""
+    tier = tiers.get(name)
+    api = tier.api()
+    assert all(callable(getattr(api, op)) for op in tier.operators), tier.operators
+    layers = tier.layer_module()
+    assert [n for n in LAYER_NAMES if not callable(getattr(layers, n, None))] == []
+    assert checks.families(tier.checks), f"the {name} tier's checks package {tier.checks} has no family"
+    if tier.cpu_reference:
+        assert tier.golden_dir.is_dir() and tier.scan == "csrc"
+    else:
+        module, _, func = (tier.scan or "").partition(":")
+        assert callable(getattr(importlib.import_module(module), func)), tier.scan
+
+
+def test_every_family_of_a_cpu_reference_tier_has_its_folders() -> None:
+    with_reference = [t for t in tiers.tiers().values() if t.cpu_reference]
+    assert [t.name for t in with_reference] == ["exact"]
+    assert set(rl_kernel.ops.families()) == set(families()), "an operator module without checks, or the reverse"
+    for family in (f for t in with_reference for f in checks.families(t.checks)):
         assert (CSRC / family / f"{family}.cuh").is_file()
         for suffix in ("_cpu.cpp", "_gpu.cu", "_check.cu"):
             assert (CSRC / family / f"{family}{suffix}").is_file()
@@ -94,7 +122,7 @@ def test_specs_are_unique_and_named_by_family() -> None:
 def test_public_api_and_submodules_are_attributes() -> None:
     for name in rl_kernel.__all__:
         assert hasattr(rl_kernel, name), name
-    assert rl_kernel.ops.all_specs() == all_specs()
+    assert rl_kernel.checks.all_specs() == all_specs()
 
 
 def test_submodules_need_no_import_of_their_own() -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rl_kernel import selfcheck
-from rl_kernel.ops import softmax
+from rl_kernel.checks import softmax
 
 
 def test_selfcheck_passes_and_prints_a_table(capsys) -> None:

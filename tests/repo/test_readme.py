@@ -111,7 +111,10 @@ def test_a_good_shell_command_passes(body: str, tmp_path: Path) -> None:
 
 
 def test_a_failing_python_block_is_reported_and_text_is_not_code(tmp_path: Path) -> None:
-    assert rc.check_markdown(_md("python", "import rl_kernel\nprint(rl_kernel.TIER)"), REPO, tmp_path) == []
+    assert (
+        rc.check_markdown(_md("python", 'import rl_kernel\nprint(rl_kernel.tiers.get("exact").scope)'), REPO, tmp_path)
+        == []
+    )
     problems = rc.check_markdown(_md("python", "raise SystemExit('broken snippet')"), REPO, tmp_path)
     assert problems and "broken snippet" in problems[0]
     assert rc.check_markdown(_md("text", "rlparity run [--matrix quick|nightly]"), REPO, tmp_path) == []

@@ -132,7 +132,8 @@ def test_the_wheel_runs_the_quick_matrix_from_another_directory(wheel, core_venv
     cwd.mkdir()
     # The core alone: rl_kernel computes, none of the harness's dependencies came with it, and the console
     # script names the extra it needs.
-    probe = "import importlib.util as u, torch, rl_kernel\nfrom rl_kernel import inputs\nprint(rl_kernel.TIER)\n"
+    probe = "import importlib.util as u, torch, rl_kernel\nfrom rl_kernel import inputs\n"
+    probe += "print(sorted(rl_kernel.tiers.tiers()))\n"
     probe += f"print(sorted(m for m in {HARNESS_ONLY!r} if u.find_spec(m)))\nprint(rl_kernel.__file__)"
     proc = _run([py, "-c", probe], cwd=cwd)
     assert proc.returncode == 0, _tail(proc)

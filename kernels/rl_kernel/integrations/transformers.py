@@ -1,4 +1,4 @@
-"""Hugging Face transformers models in the exact tier: `generate()` and the training forward agree bit for bit.
+"""Hugging Face transformers models in an rl_kernel tier: `generate()` and the training forward agree bit for bit.
 
     from rl_kernel.integrations.transformers import patch, GumbelSampler
     model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2, Qwen3
@@ -7,7 +7,9 @@
     logits = model(input_ids=out.sequences, attention_mask=full_mask).logits   # the same bits
 
 patch() swaps, in place, every layer whose arithmetic differs between a decode step and a prefill, or
-between devices, for rl_kernel's exact tier (docs/numerics.md sections 11 and 12):
+between devices, for the layers of the tier asked for (rl_kernel.tiers: the descriptor's `layers` module;
+"exact", the default, is docs/numerics.md sections 11 and 12; "fast" takes linear and attention from the
+matrix-core kernels, the same bits within one architecture, and the rest from the exact tier):
 
 - the linear layers (q/k/v/o with Qwen2's biases, gate/up/down, lm_head): rl_kernel.linear, whose row
   is one fma chain whatever the batch;
@@ -37,12 +39,12 @@ from torch import nn
 from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from rl_kernel import tiers
 from rl_kernel.integrations.frameworks import divide_by_temperature
-from rl_kernel.ops import decoder as L
+from rl_kernel.ops.decoder import positions_from_mask
 from rl_kernel.ops.sampling import gumbel_argmax
 
-ATTENTION = "rl_kernel_exact"  # the name registered in transformers' AttentionInterface
-TIERS = ("exact",)
+ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 ROPE_TYPES = ("default", "llama3")
 TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
@@ -50,24 +52,27 @@ _STATE = "_rl_kernel_patch"
 
 
 # ---- the swapped layers ---------------------------------------------------------------------------
+# Each swapped class carries its tier's layers module as `_rl_layers` (rl_kernel.tiers: Tier.layers).
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return L.linear(x, self.weight, self.bias)
+    return self._rl_layers.linear(x, self.weight, self.bias)
 
 
 def _embedding_forward(self: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
-    return L.embedding(ids, self.weight, self.padding_idx)
+    return self._rl_layers.embedding(ids, self.weight, self.padding_idx)
 
 
 def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return L.rms_norm(x, self.weight, self.variance_epsilon)
+    return self._rl_layers.rms_norm(x, self.weight, self.variance_epsilon)
 
 
 def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return self.down_proj(L.silu_mul(self.gate_proj(x), self.up_proj(x)))
+    return self.down_proj(self._rl_layers.silu_mul(self.gate_proj(x), self.up_proj(x)))
 
 
 def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype, from the contract's sin_cos."""
+    """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype, from the contract's sin_cos (the
+    tables stay fp32 until this last cast, in every tier)."""
+    L = self._rl_layers
     cos, sin = L.rope_table(position_ids.to(torch.int64).contiguous(), self._rl_inv_freq.to(position_ids.device))
     return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
 
@@ -95,13 +100,15 @@ def _kind(module: nn.Module) -> str | None:
 
 
 @functools.cache
-def _exact_class(cls: type, kind: str) -> type:
-    """A subclass of cls whose forward is the exact tier's (one per class, so isinstance still holds)."""
-    return type(f"Exact{cls.__name__}", (cls,), {"forward": _FORWARDS[kind], "_rl_original": cls})
+def _tier_class(cls: type, kind: str, tier: str) -> type:
+    """A subclass of cls whose forward is the tier's (one per class and tier, so isinstance still holds)."""
+    attrs = {"forward": _FORWARDS[kind], "_rl_original": cls, "_rl_layers": tiers.get(tier).layer_module()}
+    return type(f"{tier.capitalize()}{cls.__name__}", (cls,), attrs)
 
 
 # ---- attention: registered with transformers, fed by the patched model's forward -------------------
-def exact_attention(
+def tier_attention(
+    layers: Any,
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -111,17 +118,20 @@ def exact_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature over rl_kernel.attention. The query rows' slots and each
-    sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's forward."""
+    """transformers' attention-function signature over a tier's attention (`layers`, bound by patch). The query
+    rows' slots and each sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's
+    forward."""
     q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
     if q_pos is None or k_start is None:
         raise RuntimeError(
-            f"rl_kernel: the {ATTENTION!r} attention needs the positions its patched model's forward derives; "
+            "rl_kernel: the rl_kernel attention needs the positions its patched model's forward derives; "
             "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
         )
     if dropout:
-        raise ValueError(f"rl_kernel: the exact tier has no attention dropout (got {dropout}); set attention_dropout=0")
-    out = L.attention(query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False)
+        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
+    out = layers.attention(
+        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -129,7 +139,7 @@ def positions(attention_mask: torch.Tensor, new: int) -> tuple[torch.Tensor, tor
     """(position_ids [B, new], q_pos [B, new], k_start [B]) of the last `new` tokens of a [B, past + new]
     mask with one run of 1s per row: position = 1s so far - 1 (0 on padding), q_pos = the token's slot,
     k_start = the row's first 1."""
-    _, k_start = L.positions_from_mask(attention_mask)
+    _, k_start = positions_from_mask(attention_mask)
     b, total = attention_mask.shape
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, total - new :].contiguous()
     q_pos = (torch.arange(total - new, total, device=attention_mask.device)).expand(b, new).contiguous()
@@ -173,7 +183,10 @@ def _model_forward(original: Callable) -> Callable:
 
 
 # ---- what a model must be --------------------------------------------------------------------------
-def _supported(model: nn.Module) -> None:
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     names = {c.__name__ for c in type(model).__mro__}
     if not names & set(ARCHITECTURES):
         raise TypeError(f"rl_kernel: patch supports {', '.join(ARCHITECTURES)}; got {type(model).__name__}")
@@ -185,7 +198,7 @@ def _supported(model: nn.Module) -> None:
     ):
         raise ValueError("rl_kernel: sliding-window attention is not supported (supported: full causal attention)")
     if getattr(c, "attention_dropout", 0.0):
-        raise ValueError(f"rl_kernel: attention_dropout must be 0 in the exact tier, got {c.attention_dropout}")
+        raise ValueError(f"rl_kernel: attention_dropout must be 0, got {c.attention_dropout}")
     rope = _rope_parameters(c)
     if rope.get("rope_type", "default") not in ROPE_TYPES:
         raise ValueError(
@@ -194,8 +207,10 @@ def _supported(model: nn.Module) -> None:
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("rl_kernel: partial rotary embeddings are not supported (partial_rotary_factor must be 1)")
     dtypes = {p.dtype for p in model.parameters()}
-    if len(dtypes) != 1 or not dtypes <= {torch.float32, torch.bfloat16, torch.float16}:
-        raise ValueError(f"rl_kernel: the parameters must share one of float32/bfloat16/float16, got {dtypes}")
+    allowed = {_DTYPES[d] for d in tier.dtypes}
+    if len(dtypes) != 1 or not dtypes <= allowed:
+        names = "/".join(str(d).removeprefix("torch.") for d in sorted(allowed, key=str))
+        raise ValueError(f"rl_kernel: the {tier.name} tier needs parameters that share one of {names}, got {dtypes}")
 
 
 def _rope_parameters(config: Any) -> dict:
@@ -214,27 +229,32 @@ def _head_dim(config: Any) -> int:
 
 # ---- patch / unpatch -------------------------------------------------------------------------------
 def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
-    """Put a loaded Llama / Qwen2 / Qwen3 causal LM (transformers 5) in the exact tier, in place; returns it.
-    unpatch(model) restores it. Raises TypeError / ValueError naming what is supported otherwise."""
-    if tier not in TIERS:
-        raise ValueError(f"rl_kernel: tier {tier!r} is not available (available: {', '.join(TIERS)})")
+    """Put a loaded Llama / Qwen2 / Qwen3 causal LM (transformers 5) in an rl_kernel tier (rl_kernel.tiers:
+    "exact" by default, "fast"), in place; returns it. unpatch(model) restores it. Raises TypeError /
+    ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
+    try:
+        desc = tiers.get(tier)
+    except tiers.TierError as exc:
+        raise ValueError(str(exc)) from exc
     if hasattr(model, _STATE):
         raise ValueError("rl_kernel: this model is already patched (unpatch it first)")
-    _supported(model)
-    ALL_ATTENTION_FUNCTIONS.register(ATTENTION, exact_attention)
+    _supported(model, desc)
+    layers = desc.layer_module()
+    attention = ATTENTION.format(tier=desc.name)
+    ALL_ATTENTION_FUNCTIONS.register(attention, functools.partial(tier_attention, layers))
     rope = _rope_parameters(model.config)
-    inv_freq = L.rope_inv_freq(_head_dim(model.config), float(rope["rope_theta"]), rope)
+    inv_freq = layers.rope_inv_freq(_head_dim(model.config), float(rope["rope_theta"]), rope)
     for module in model.modules():
         kind = _kind(module)
         if kind is None:
             continue
         if kind == "rotary":
             module._rl_inv_freq = inv_freq
-        module.__class__ = _exact_class(type(module), kind)
+        module.__class__ = _tier_class(type(module), kind, desc.name)
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     base.forward = _model_forward(base.forward)
-    setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base})
-    model.config._attn_implementation = ATTENTION
+    setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base, "tier": desc.name})
+    model.config._attn_implementation = attention
     return model
 
 
@@ -256,6 +276,12 @@ def unpatch(model: nn.Module) -> nn.Module:
 
 def is_patched(model: nn.Module) -> bool:
     return hasattr(model, _STATE)
+
+
+def tier_of(model: nn.Module) -> str | None:
+    """The tier a patched model runs in (None when it is not patched)."""
+    state = getattr(model, _STATE, None)
+    return state["tier"] if state else None
 
 
 # ---- sampling --------------------------------------------------------------------------------------
@@ -296,10 +322,11 @@ __all__ = [
     "ATTENTION",
     "TRANSFORMERS_RANGE",
     "GumbelSampler",
-    "exact_attention",
     "is_patched",
     "patch",
     "positions",
+    "tier_attention",
+    "tier_of",
     "transformers",
     "unpatch",
 ]

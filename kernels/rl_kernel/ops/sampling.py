@@ -16,11 +16,8 @@ import torch
 
 from rl_kernel._library import ops, register_fake
 from rl_kernel._validate import check_logits
-from rl_kernel.ops import softmax
-from rl_kernel.ops.spec import OpSpec
 
 FAMILY = "sampling"
-SPEC_SEED, SPEC_STEP = 20261201, 7  # the seed and step of the checked and golden draws
 
 
 @register_fake("rl_kernel::gumbel_argmax")
@@ -53,21 +50,3 @@ def gumbel_argmax(
 def _check_int64(name: str, v: object) -> None:
     if not isinstance(v, int) or not -(2**63) <= v < 2**63:
         raise ValueError(f"rl_kernel: {name} must be an int64 Python int, got {v!r}")
-
-
-def _row_keys(x: torch.Tensor) -> torch.Tensor:
-    """Keys that are not the row numbers (a sequence id is any int64): 7919 * row + 3."""
-    return torch.arange(x.shape[0], device=x.device) * 7919 + 3
-
-
-SPECS = (
-    OpSpec(
-        "gumbel_argmax",
-        FAMILY,
-        lambda x, c: gumbel_argmax(x, SPEC_SEED, SPEC_STEP, _row_keys(x)),
-        None,
-        softmax.golden_case,
-        softmax.check_case,
-        softmax.GOLDEN_VOCABS,
-    ),
-)

@@ -1,6 +1,6 @@
 """OpSpec: what tests, selfcheck and the golden digests need to know about one operator.
 
-Each family module (rl_kernel/ops/<family>.py) exports SPECS; rl_kernel.ops.all_specs() collects
+Each family's check module (rl_kernel/checks/<family>.py) exports SPECS; rl_kernel.checks.all_specs() collects
 them, and every consumer loops over that instead of keeping its own list of operators.
 """
 
@@ -57,6 +57,10 @@ class OpSpec:
     golden_extra: tuple[tuple[str, GoldenCase], ...] = ()
     # The sizes selfcheck runs this operator at (its case's feature size); None: the run's vocabularies.
     sizes: tuple[int, ...] | None = None
+    # A tier without a CPU reference: the output in float64 from the case, and the largest relative error
+    # (||out - ref|| / ||ref||) selfcheck accepts.
+    reference: Callable[[Case], torch.Tensor] | None = None
+    tolerance: float = 0.0
 
     def golden_cases(self) -> tuple[tuple[str, GoldenCase], ...]:
         """(name, case) of every golden input set: (name, golden_case), then ("name@suffix", case)."""
