@@ -8,16 +8,41 @@ from __future__ import annotations
 from rlparity.cells import Cell
 from rlparity.inventory import Device, Inventory
 
-FAST_TIER_MISSING = "the fast tier (matrix cores, per-target digests) is not implemented in rl_kernel: only 'exact'"
+
+def offer_reason(cell: Cell, inv: Inventory) -> str | None:
+    """Why the image cannot run the cell's tier or workload at all (the probe says what it offers)."""
+    tiers = inv.offered_tiers()
+    if cell.tier not in tiers:
+        return f"this image's rl_kernel offers no tier {cell.tier!r} (it offers: {', '.join(tiers) or 'none'})"
+    if inv.workloads is None:
+        return None
+    if cell.workload not in inv.workloads:
+        return f"this image offers no workload {cell.workload!r} (it offers: {', '.join(inv.workloads) or 'none'})"
+    ops = tiers[cell.tier].get("operators") or []
+    missing = [op for op in inv.workloads[cell.workload].get("needs", []) if ops and op not in ops]
+    if missing:
+        return f"the {cell.tier} tier provides no {', '.join(missing)}, which the {cell.workload} workload calls"
+    return None
+
+
+def platform_reason(cell: Cell, inv: Inventory) -> str | None:
+    """Why the cell's tier has no kernels for its target's platform (the fast tier on the CPU)."""
+    platforms = inv.offered_tiers()[cell.tier].get("platforms", [])
+    if cell.platform in platforms:
+        return None
+    if cell.platform == "cpu":
+        return f"no GPU: the {cell.tier} tier has no CPU kernels (it runs on {', '.join(platforms)})"
+    return f"the {cell.tier} tier has no {cell.platform} kernels (it runs on {', '.join(platforms)})"
 
 
 def skip_reason(cell: Cell, inv: Inventory) -> str | None:
-    if cell.tier == "fast":
-        return FAST_TIER_MISSING
+    reason = offer_reason(cell, inv)
+    if reason:
+        return reason
     if cell.platform == "cpu":
         if cell.placement == "dual-die":
             return "dual-die places rollout and training on two dies of one GPU package: not a CPU placement"
-        return None
+        return platform_reason(cell, inv)
     if inv.error:
         return f"could not list this host's devices: {inv.error}"
     found = inv.matching(cell.platform, cell.arch)
@@ -29,7 +54,7 @@ def skip_reason(cell: Cell, inv: Inventory) -> str | None:
         return f"dual-die needs two dies of one package of {cell.arch} (e.g. an MI250X's GCD pair); none found"
     if cell.placement == "split" and len(found) < 2:
         return f"split shards over two {cell.arch} devices; this host has {len(found)}"
-    return None
+    return platform_reason(cell, inv)
 
 
 def devices_for(cell: Cell, inv: Inventory) -> list[list[int]]:

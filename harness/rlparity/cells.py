@@ -5,6 +5,7 @@ Plain data only, so anything may import it without pulling in the TOML expander 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,11 +26,23 @@ CONTROLS = (
     "rank-order",
 )
 
+CONTROL_VAR = "RLPARITY_CONTROL"  # which negative control a cell runs ("none": rl_kernel itself)
+CONTROL_VAR_DEPRECATED = "RLPARITY_VARIANT"  # the old name, still read for a release
+# A cell process's exit status for each result status: the backends judge it, cellrun returns it.
+EXIT_CODES = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
+
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
-# The episode builders a shape set may name (axes.toml `workload`): the host's copy of the cell side's
-# rlparity.cell.workloads.BUILDERS, then rlparity.cell.model's (tests/harness/test_edges.py keeps them equal).
-WORKLOADS = ("plain", "edges", "model")
+DTYPES = ("fp32", "bf16", "fp16")  # the dtype axis (the cell side maps each name to a torch dtype)
+# A shape set names the workload that runs it (axes.toml `workload`). The host keeps no list of workloads:
+# the cell side finds them (rlparity.cell.workloads: this repository's folders and the `rlparity.workloads`
+# entry points) and the device probe reports which ones an image offers.
 DEFAULT_WORKLOAD = "plain"
+TIER_SCOPES = ("all-devices", "per-target")  # a tier's golden scope (axes.toml [tiers.NAME] scope)
+
+
+def control_from_env(environ: Mapping[str, str]) -> str:
+    """The control a cell runs: RLPARITY_CONTROL, else the deprecated RLPARITY_VARIANT, else none."""
+    return environ.get(CONTROL_VAR) or environ.get(CONTROL_VAR_DEPRECATED) or "none"
 
 
 @dataclass(frozen=True)
@@ -48,7 +61,9 @@ class Cell:
     arch: str = ""
     env: dict[str, str] = field(default_factory=dict)
     shape_list: tuple[tuple[int, int, int], ...] = ()
-    workload: str = DEFAULT_WORKLOAD  # how each shape's episode is built (plain, edges, model)
+    workload: str = DEFAULT_WORKLOAD  # what runs each shape (plain, edges, model, or a package's own)
+    params: dict[str, Any] = field(default_factory=dict)  # the workload's parameters (matrix [shapes.NAME] params)
+    tier_scope: str = "all-devices"  # "per-target": digests are compared within one target only
     timeout_s: float = 300.0
     repeats: int = 3
     seed: int = 0

@@ -26,12 +26,12 @@ class Verdict:
 
 def digest_disagreements(all_results: list[CellResult]) -> list[str]:
     """Cells that did the same work must produce the same digests: across env profiles and placements
-    always, and across targets too in the exact tier (the fast tier is per target)."""
+    always, and across targets too for an all-devices tier (a per-target tier's, fast's, within a target)."""
     groups: dict[tuple, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for r in all_results:
         if r.status not in ("passed", "failed") or not r.cell.required or r.variant != "none":
             continue
-        scope = () if r.cell.tier == "exact" else (r.cell.target,)
+        scope = () if r.cell.tier_scope == "all-devices" else (r.cell.target,)
         for name, dig in r.digests.items():
             groups[(r.cell.tier, r.cell.dtype, r.cell.seed, name, *scope)][dig].append(r.cell.id)
     out = []

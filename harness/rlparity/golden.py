@@ -25,6 +25,19 @@ def key(dtype: str, shape: tuple[int, int, int], seed: int, what: str, workload:
     return f"{dtype}/{sid if workload == DEFAULT_WORKLOAD else f'{workload}:{sid}'}/seed{seed}/{what}"
 
 
+def table_key(key_: str, tier_scope: str, target: str) -> str:
+    """A key as a tier's table holds it: as is for an all-devices tier, under the target for a per-target one
+    (sm90/fp32/...: the same work gives other bits on another architecture)."""
+    return key_ if tier_scope == "all-devices" else f"{target}/{key_}"
+
+
+def expected(tier: str, tier_scope: str, target: str, keys: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """The committed digest of each of a cell's keys ({what: key}), and the table keys that have none."""
+    table = load(tier)
+    full = {what: table_key(k, tier_scope, target) for what, k in keys.items()}
+    return {what: table[k] for what, k in full.items() if k in table}, [k for k in full.values() if k not in table]
+
+
 def path_for(tier: str, root: Path = GOLDEN_DIR) -> Path:
     return root / f"{tier}.json"
 
@@ -43,12 +56,16 @@ def update(tier: str, entries: dict[str, str], root: Path = GOLDEN_DIR) -> Path:
 
 
 def compute(
-    shapes: list[tuple[int, int, int]], dtypes: list[str], seed: int = 0, workload: str = DEFAULT_WORKLOAD
+    shapes: list[tuple[int, int, int]],
+    dtypes: list[str],
+    seed: int = 0,
+    workload: str = DEFAULT_WORKLOAD,
+    params: dict | None = None,
 ) -> dict[str, str]:
     """The digests on this machine's CPU build, computed by `python -m rlparity.cell.golden` in a
     subprocess (the host never imports rl_kernel)."""
     argv = ["--shapes", *("x".join(map(str, s)) for s in shapes), "--dtypes", *dtypes, "--seed", str(seed)]
-    argv += ["--workload", workload]
+    argv += ["--workload", workload, "--params", json.dumps(params or {})]
     proc = subprocess.run([sys.executable, "-m", "rlparity.cell.golden", *argv], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"computing the golden digests failed:\n{proc.stderr[-3000:]}")

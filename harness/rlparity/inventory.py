@@ -54,6 +54,9 @@ class PackagePartitions:
         return cls(**{k: tuple(v) if k in tuples else v for k, v in d.items()})
 
 
+LEGACY_TIERS = {"exact": {"platforms": ["cpu", "cuda", "rocm"], "operators": []}}
+
+
 @dataclass(frozen=True)
 class Inventory:
     devices: tuple[Device, ...] = ()
@@ -61,12 +64,21 @@ class Inventory:
     rl_kernel_gpu: bool = False  # the rl_kernel build carries GPU kernels
     error: str = ""  # why probing failed, if it did
     partitions: tuple[PackagePartitions, ...] = ()  # AMD packages' partition modes (host-wide, KFD node ids)
+    # What the image's rl_kernel and rlparity offer (rl_kernel.tiers, rlparity.cell.workloads): tier name ->
+    # {platforms, operators, ...}, workload name -> {params, needs, ...}. None: not reported (an inventory
+    # file of an older probe): an image of that age offers the exact tier and does not say its workloads.
+    tiers: dict[str, dict] | None = None
+    workloads: dict[str, dict] | None = None
+
+    def offered_tiers(self) -> dict[str, dict]:
+        return self.tiers if self.tiers is not None else LEGACY_TIERS
 
     def matching(self, platform: str, arch: str) -> list[Device]:
         return [d for d in self.devices if d.platform == platform and d.arch == arch]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain data; tiers and workloads only when reported (an inventory file of an older probe lacks them)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in ("tiers", "workloads")}
 
     @classmethod
     def from_dict(cls, d: dict) -> Inventory:
@@ -76,6 +88,8 @@ class Inventory:
             bool(d.get("rl_kernel_gpu", False)),
             d.get("error", ""),
             tuple(PackagePartitions.from_dict(p) for p in d.get("partitions", ())),
+            d.get("tiers"),
+            d.get("workloads"),
         )
 
 

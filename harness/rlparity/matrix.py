@@ -14,13 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlparity.cells import AXES, DEFAULT_WORKLOAD, WORKLOADS, Cell
+from rlparity.cells import AXES, DEFAULT_WORKLOAD, DTYPES, TIER_SCOPES, Cell
 from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as_list
 from rlparity.images import Image, load_images
 
 PLACEMENTS = ("single", "dual-die", "split")
-DTYPES = ("fp32", "bf16", "fp16")
-TIERS = ("exact", "fast")
 PLATFORMS = ("cpu", "cuda", "rocm")
 LOCAL_IMAGE = "local"  # the local backend runs every cell on the host: the image axis collapses to this
 
@@ -51,6 +49,27 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class TierAxis:
+    """A tier as the host sees it (axes.toml [tiers.NAME]): its golden scope. What a tier computes is the cell
+    side's (rl_kernel.tiers); whether an image offers it, the device probe's."""
+
+    name: str
+    scope: str  # "all-devices": digests equal across targets; "per-target": within one target
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A shape set's workload: its name and the parameters the matrix passes it (with the line of each key, so
+    that a key the workload does not take is reported at its place once the probe says what it takes)."""
+
+    name: str = DEFAULT_WORKLOAD
+    params: dict[str, Any] = field(default_factory=dict)
+    where: tuple[Path, int | None] | None = None  # the file and line of the shape set's params
+    golden: bool = False  # `rlparity golden` keeps committed digests of this shape set
+
+
+@dataclass(frozen=True)
 class Axes:
     """Everything a matrix may name."""
 
@@ -58,7 +77,8 @@ class Axes:
     profiles: dict[str, Profile]
     shapes: dict[str, tuple[tuple[int, int, int], ...]]
     images: dict[str, Image]
-    workloads: dict[str, str] = field(default_factory=dict)  # shape set -> episode builder (default plain)
+    workloads: dict[str, Workload] = field(default_factory=dict)  # shape set -> its workload (default plain)
+    tiers: dict[str, TierAxis] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +87,7 @@ class Matrix:
     path: Path
     description: str
     cells: tuple[Cell, ...]
+    axes: Axes | None = None  # axes.toml's plus the file's own (profiles, shapes, tiers)
 
 
 # ---- loading ------------------------------------------------------------------------------------
@@ -86,7 +107,7 @@ def resolve_matrix_path(name_or_path: str) -> Path:
 
 def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = IMAGES_FILE) -> Axes:
     f = TomlFile.load(axes_path)
-    f.check_keys(f.data, {"targets", "profiles", "shapes"}, "")
+    f.check_keys(f.data, {"targets", "profiles", "shapes", "tiers"}, "")
     targets = {}
     for name, t in f.data.get("targets", {}).items():
         table = f"targets.{name}"
@@ -97,7 +118,22 @@ def load_axes(axes_path: Path = MATRICES_DIR / "axes.toml", images_path: Path = 
         targets[name] = Target(name, platform, t.get("arch", ""), t.get("wave", 0), t.get("description", ""))
     profiles = load_profiles(f, targets)
     shapes, workloads = load_shapes(f)
-    return Axes(targets, profiles, shapes, load_images(images_path), workloads)
+    return Axes(targets, profiles, shapes, load_images(images_path), workloads, load_tiers(f))
+
+
+def load_tiers(f: TomlFile) -> dict[str, TierAxis]:
+    """The [tiers.NAME] tables of a file (axes.toml, or a matrix file's own): each tier's golden scope."""
+    tiers = {}
+    for name, s in f.data.get("tiers", {}).items():
+        table = f"tiers.{name}"
+        if not isinstance(s, dict):
+            raise f.error("must be a table", table)
+        f.check_keys(s, {"scope", "description"}, table)
+        scope = f.require(s, "scope", str, table)
+        if scope not in TIER_SCOPES:
+            raise f.error(f"unknown scope {scope!r} (known: {', '.join(TIER_SCOPES)})", table, "scope")
+        tiers[name] = TierAxis(name, scope, s.get("description", ""))
+    return tiers
 
 
 def load_profiles(f: TomlFile, targets: dict[str, Target]) -> dict[str, Profile]:
@@ -120,18 +156,24 @@ def load_profiles(f: TomlFile, targets: dict[str, Target]) -> dict[str, Profile]
     return profiles
 
 
-def load_shapes(f: TomlFile) -> tuple[dict[str, tuple[tuple[int, int, int], ...]], dict[str, str]]:
+def load_shapes(f: TomlFile) -> tuple[dict[str, tuple[tuple[int, int, int], ...]], dict[str, Workload]]:
     """The [shapes.NAME] tables of a file (axes.toml, or a matrix file's own): the shapes of each set, and the
-    workload (episode builder) each set names."""
+    workload each set names with its parameters (`params = {...}`; which keys a workload takes is the cell
+    side's, checked against the device probe by check_workload_params)."""
     shapes, workloads = {}, {}
     for name, s in f.data.get("shapes", {}).items():
         table = f"shapes.{name}"
         if not isinstance(s, dict):
             raise f.error("must be a table", f"shapes.{name}")
-        f.check_keys(s, {"shapes", "description", "workload"}, table)
-        workloads[name] = s.get("workload", DEFAULT_WORKLOAD)
-        if workloads[name] not in WORKLOADS:
-            raise f.error(f"unknown workload {workloads[name]!r} (known: {', '.join(WORKLOADS)})", table, "workload")
+        f.check_keys(s, {"shapes", "description", "workload", "params", "golden"}, table)
+        workload = s.get("workload", DEFAULT_WORKLOAD)
+        if not isinstance(workload, str) or not workload.replace("-", "_").isidentifier():
+            raise f.error(f"a workload is named by an identifier, got {workload!r}", table, "workload")
+        params = f.typed(s, "params", dict, table) if "params" in s else {}
+        where = (f.path, f.line_of(table, "params" if params else None))
+        workloads[name] = Workload(
+            workload, dict(params), where, bool(f.typed(s, "golden", bool, table)) if "golden" in s else False
+        )
         lst = f.require(s, "shapes", list, table)
         if not lst or not all(
             isinstance(x, list) and len(x) == 3 and all(isinstance(v, int) and v > 0 for v in x) for x in lst
@@ -145,18 +187,24 @@ def with_own_axes(f: TomlFile, axes: Axes) -> Axes:
     """axes.toml's profiles and shape sets plus the matrix file's own ([profiles.NAME], [shapes.NAME]), for
     that matrix only. A name axes.toml already defines is an error: one name, one meaning in every report."""
     own_profiles, (own_shapes, own_workloads) = load_profiles(f, axes.targets), load_shapes(f)
-    for kind, own, builtin in (("profiles", own_profiles, axes.profiles), ("shapes", own_shapes, axes.shapes)):
+    own_tiers = load_tiers(f)
+    for kind, own, builtin in (
+        ("profiles", own_profiles, axes.profiles),
+        ("shapes", own_shapes, axes.shapes),
+        ("tiers", own_tiers, axes.tiers),
+    ):
         for name in own:
             if name in builtin:
                 message = f"{kind[:-1]} {name!r} is already defined in axes.toml: pick another name"
                 raise f.error(message, f"{kind}.{name}")
-    if not own_profiles and not own_shapes:
+    if not own_profiles and not own_shapes and not own_tiers:
         return axes
     return dataclasses.replace(
         axes,
         profiles={**axes.profiles, **own_profiles},
         shapes={**axes.shapes, **own_shapes},
         workloads={**axes.workloads, **own_workloads},
+        tiers={**axes.tiers, **own_tiers},
     )
 
 
@@ -168,7 +216,7 @@ def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "loc
     path = resolve_matrix_path(name_or_path)
     axes = axes or load_axes()
     f = TomlFile.load(path)
-    f.check_keys(f.data, {"matrix", "axes", "include", "exclude", "informational", "profiles", "shapes"}, "")
+    f.check_keys(f.data, {"matrix", "axes", "include", "exclude", "informational", "profiles", "shapes", "tiers"}, "")
     axes = with_own_axes(f, axes)
     meta = f.data.get("matrix", {})
     f.check_keys(meta, _MATRIX_KEYS, "matrix")
@@ -205,7 +253,7 @@ def load_matrix(name_or_path: str, axes: Axes | None = None, backend: str = "loc
         # Points that collapse to one cell (the local backend's image) are required if any of them is.
         required = required or (cell.id in cells and cells[cell.id].required)
         cells[cell.id] = dataclasses.replace(cell, required=required)
-    return Matrix(path.stem, path, meta.get("description", ""), tuple(cells.values()))
+    return Matrix(path.stem, path, meta.get("description", ""), tuple(cells.values()), axes)
 
 
 def _known_values(axes: Axes) -> dict[str, tuple[str, ...]]:
@@ -216,7 +264,7 @@ def _known_values(axes: Axes) -> dict[str, tuple[str, ...]]:
         "placement": PLACEMENTS,
         "dtype": DTYPES,
         "shapes": tuple(axes.shapes),
-        "tier": TIERS,
+        "tier": tuple(axes.tiers),
     }
 
 
@@ -258,6 +306,7 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
     """A cell, or None when the combination means nothing anywhere (a ROCm profile on a CUDA target,
     an image that does not carry the target). Host-dependent skips are decided later (applicability)."""
     target, profile = axes.targets[p["target"]], axes.profiles[p["profile"]]
+    workload = axes.workloads.get(p["shapes"], Workload())
     if not profile.applies_to(target):
         return None
     image = p["image"]
@@ -277,8 +326,31 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
         arch=target.arch,
         env=profile.env_for(target.name),
         shape_list=axes.shapes[p["shapes"]],
-        workload=axes.workloads.get(p["shapes"], DEFAULT_WORKLOAD),
+        workload=workload.name,
+        params=workload.params,
+        tier_scope=axes.tiers[p["tier"]].scope,
         timeout_s=timeout,
         repeats=repeats,
         seed=seed,
     )
+
+
+def check_workload_params(axes: Axes, offered: dict[str, list[str]] | None) -> None:
+    """Every shape set's params against what its workload takes (the device probe's `workloads`: name -> the
+    parameter names): a key the workload does not take is a configuration error at its file and line. A
+    workload the image does not offer is not an error here: its cells are skipped with that reason."""
+    if offered is None:
+        return
+    for name, w in axes.workloads.items():
+        takes = offered.get(w.name)
+        if takes is None:
+            continue
+        for key in sorted(set(w.params) - set(takes)):
+            path, line = w.where or (None, None)
+            known = ", ".join(takes) or "none"
+            raise ConfigError(
+                f"workload {w.name!r} takes no parameter {key!r} (it takes: {known})",
+                path,
+                line,
+                f"shapes.{name}.params",
+            )

@@ -26,7 +26,7 @@ from rlparity.applicability import skip_reason
 from rlparity.backends.local import LocalBackend
 from rlparity.cells import CONTROLS, Cell
 from rlparity.config import ConfigError
-from rlparity.matrix import load_axes, load_matrix
+from rlparity.matrix import Workload, load_axes, load_matrix
 
 NEGATIVE = CONTROLS[1:]
 
@@ -43,6 +43,9 @@ COMPARISON_OF_TEST = {
 }
 ACROSS_PROFILES, ACROSS_PLACEMENTS = "across-profiles", "across-placements"
 COMPARISONS = (*COMPARISON_OF_TEST.values(), ACROSS_PROFILES, ACROSS_PLACEMENTS)
+# The tier the negative controls break: each control is a violation of the exact tier's contract (its tree,
+# its rounding, its FMA rule), so selftest proves the suite against that tier's cells.
+CONTROLLED_TIER = "exact"
 
 # Control -> the comparison(s) that must catch it (every one listed). Others may catch it too.
 EXPECTED: dict[str, tuple[str, ...]] = {
@@ -117,6 +120,7 @@ def selftest_cell(
     if target not in axes.targets:
         raise ConfigError(f"unknown target {target!r} (known: {', '.join(axes.targets)})")
     t = axes.targets[target]
+    w = axes.workloads.get(shapes, Workload())
     return Cell(
         image="local",
         target=target,
@@ -124,12 +128,14 @@ def selftest_cell(
         placement=placement,
         dtype=dtype,
         shapes=shapes,
-        tier="exact",
+        tier=CONTROLLED_TIER,
+        tier_scope=axes.tiers[CONTROLLED_TIER].scope,
         platform=t.platform,
         arch=t.arch,
         env=axes.profiles[profile].env_for(target),
         shape_list=axes.shapes[shapes],
-        workload=axes.workloads.get(shapes, "plain"),
+        workload=w.name,
+        params=w.params,
         timeout_s=timeout_s,
         repeats=3,
     )

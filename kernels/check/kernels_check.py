@@ -1,8 +1,10 @@
-"""Static proof for GPU targets we cannot run: compile the exact kernels' device
-code and scan the assembly for contracted FMA, vendor math and NaN-dropping max/min.
+"""Static proof for GPU targets we cannot run, per tier (rl_kernel.tiers: each tier's `scan`): the exact
+tier's scan ("csrc") compiles its device code and scans the assembly for contracted FMA, vendor math and
+NaN-dropping max/min; another tier's scan is its own function (`module:function`, e.g. the fast tier's
+compile of every Triton kernel for each target and the scan of its matrix instructions).
 
-    python kernels/check/kernels_check.py [--only hip|cuda] [--json PATH]
-    python kernels/check/kernels_check.py --built PATH   # the device code a built library ships
+    python kernels/check/kernels_check.py [--tier exact|fast ...] [--only hip|cuda] [--json PATH]
+    python kernels/check/kernels_check.py --built PATH   # the device code a built library ships (exact)
 
 --built scans what ships instead of a separate compile: the AMD code objects of a
 HIP library (its .hip_fatbin section, every gfx target found) or the SASS of a CUDA
@@ -538,21 +540,58 @@ def write_unit(tmp: Path) -> Path:
     return unit
 
 
+def tier_scans(only: list[str] | None) -> dict[str, str]:
+    """{tier: its scan} for the tiers asked for (default every tier rl_kernel offers; one without a scan has
+    nothing to check here). Imports rl_kernel only to read the descriptors."""
+    from rl_kernel import tiers
+
+    known = tiers.tiers()
+    unknown = sorted(set(only or ()) - set(known))
+    if unknown:
+        raise SystemExit(f"kernels-check: unknown tier {', '.join(unknown)} (known: {', '.join(known)})")
+    return {n: t.scan for n, t in known.items() if t.scan and (not only or n in only)}
+
+
+def tier_scan(name: str, scan: str, only: str | None) -> list[TargetResult]:
+    """A tier's own scan (`module:function`, called with the toolchain asked for or None): its per-target
+    results ({target, toolchain, kernels, violations, error}) as TargetResults named after the tier."""
+    import importlib
+
+    module, _, func = scan.partition(":")
+    found = getattr(importlib.import_module(module), func)(only)
+    return [
+        TargetResult(
+            r["target"],
+            f"{name}: {r['toolchain']}",
+            not r.get("violations") and not r.get("error"),
+            r.get("kernels", 0),
+            list(r.get("violations", [])),
+            r.get("error", ""),
+        )
+        for r in found
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["hip", "cuda"], help="check one toolchain only")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--built", type=Path, help="scan this built library's device code instead of compiling")
+    ap.add_argument("--tier", action="append", help="only this tier's scan (repeatable; default every tier's)")
     args = ap.parse_args(argv)
     extra = build_flags.extra_flags()
     results: list[TargetResult] = []
     missing: list[str] = []
     optional: list[str] = []
+    scans = tier_scans(args.tier) if args.built is None else {"exact": "csrc"}
+    for name, scan_fn in scans.items():
+        if scan_fn != "csrc":
+            results += tier_scan(name, scan_fn, args.only)
     if args.built is not None:
         results = check_built(args.built)
         extra = []
     with tempfile.TemporaryDirectory() as d:
-        if args.built is not None:
+        if args.built is not None or "csrc" not in scans.values():
             args.only = "none"
         tmp = Path(d)
         source = write_unit(tmp)

@@ -16,6 +16,7 @@ IMAGES_TOML = IMAGES_FILE
 D1, D2 = "1" * 64, "2" * 64  # two digests
 
 _PLATFORM = {"cpu": ("cpu", ""), "sm90": ("cuda", "sm_90")}
+_SCOPE = {"exact": "all-devices", "fast": "per-target"}  # axes.toml's [tiers.NAME] scope (test_matrix keeps it)
 
 
 def make_cell(
@@ -38,6 +39,7 @@ def make_cell(
         dtype=dtype,
         shapes=shapes,
         tier=tier,
+        tier_scope=_SCOPE.get(tier, "per-target"),
         required=required,
         platform=platform,
         arch=arch,

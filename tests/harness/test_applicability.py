@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from rlparity import inventory
-from rlparity.applicability import FAST_TIER_MISSING, devices_for, skip_reason
+from rlparity.applicability import devices_for, skip_reason
 from rlparity.inventory import Device, Inventory
 
 from harness.factories import (
@@ -94,9 +94,36 @@ def test_split_needs_two_devices():
     assert devices_for(cell, four) == [[0, 1], [2, 3]]
 
 
-def test_fast_tier_is_skipped_everywhere():
-    assert skip_reason(make_cell("cpu", tier="fast"), Inventory()) == FAST_TIER_MISSING
-    assert skip_reason(make_cell("gfx942", tier="fast"), Inventory((MI300X,), (), True)) == FAST_TIER_MISSING
+# What a probe of an image with both tiers and the three workloads reports (rlparity.cell.inventory.offered).
+BOTH_TIERS = {
+    "exact": {"platforms": ["cpu", "cuda", "rocm"], "operators": ["token_logprobs", "row_stats", "linear"]},
+    "fast": {"platforms": ["cuda", "rocm"], "operators": ["token_logprobs", "row_stats", "linear"]},
+}
+WORKLOADS = {"plain": {"params": [], "needs": ["token_logprobs"]}, "model": {"params": [], "needs": ["attention"]}}
+
+
+def test_a_tier_the_image_lacks_is_skipped_with_what_it_offers():
+    """An inventory that reports no tiers (an older probe) offers the exact tier only."""
+    reason = "this image's rl_kernel offers no tier 'fast' (it offers: exact)"
+    assert skip_reason(make_cell("cpu", tier="fast"), Inventory()) == reason
+    assert skip_reason(make_cell("gfx942", tier="fast"), Inventory((MI300X,), (), True)) == reason
+
+
+def test_the_fast_tier_skips_on_a_cpu_for_no_gpu_and_runs_on_its_gpu():
+    both = Inventory((MI300X,), (), True, tiers=BOTH_TIERS)
+    reason = skip_reason(make_cell("cpu", tier="fast"), both)
+    assert reason == "no GPU: the fast tier has no CPU kernels (it runs on cuda, rocm)"
+    assert skip_reason(make_cell("gfx942", tier="fast"), both) is None
+    assert skip_reason(make_cell("cpu", tier="exact"), both) is None
+
+
+def test_a_workload_the_image_lacks_or_a_tier_without_its_operators_is_skipped():
+    inv = Inventory((MI300X,), (), True, tiers=BOTH_TIERS, workloads=WORKLOADS)
+    assert skip_reason(make_cell("cpu"), inv) is None  # plain
+    edges = dataclasses.replace(make_cell("cpu"), workload="edges")
+    assert skip_reason(edges, inv) == "this image offers no workload 'edges' (it offers: plain, model)"
+    model = dataclasses.replace(make_cell("gfx942", tier="fast"), workload="model")
+    assert skip_reason(model, inv) == "the fast tier provides no attention, which the model workload calls"
 
 
 def test_build_without_gpu_kernels_is_skipped():

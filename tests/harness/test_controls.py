@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rlparity import cli, selftest
-from rlparity.backends.base import control_from_env
 from rlparity.cell import controls
+from rlparity.cells import control_from_env
 
 
 def test_host_and_cell_name_the_same_controls():

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rlparity import cells, golden
-from rlparity.cell import model
-from rlparity.cell import workloads as W
+from rlparity.cell import episodes as W
+from rlparity.cell import workloads
 from rlparity.matrix import load_axes, load_matrix
 
 from harness.factories import MATRICES, write
@@ -17,23 +17,25 @@ from harness.factories import MATRICES, write
 DTYPES = ("fp32", "bf16", "fp16")
 
 
-def test_host_and_cell_name_the_same_workloads():
-    assert (*W.BUILDERS, model.WORKLOAD) == cells.WORKLOADS
-    assert cells.DEFAULT_WORKLOAD in cells.WORKLOADS
+def test_every_workload_a_shape_set_names_is_offered_here():
+    """axes.toml's shape sets name workloads the cell side finds (the host keeps no list of them)."""
+    offered = workloads.workloads()
+    assert {w.name for w in load_axes().workloads.values()} <= set(offered)
+    assert cells.DEFAULT_WORKLOAD in offered and set(W.BUILDERS) <= set(offered)
 
 
 def test_the_edges_shape_set_is_odd_and_names_its_workload():
     axes = load_axes()
-    assert axes.workloads["edges"] == "edges"
-    assert all(axes.workloads[name] == "plain" for name in ("smoke", "quick", "llm", "selftest"))
+    assert axes.workloads["edges"].name == "edges"
+    assert all(axes.workloads[name].name == "plain" for name in ("smoke", "quick", "llm", "selftest"))
     assert all(v % 8 for _, _, v in axes.shapes["edges"]), "every edges vocabulary leaves a partial last chunk"
 
 
-def test_an_unknown_workload_is_bad_configuration(tmp_path):
+def test_a_workload_name_that_is_no_identifier_is_bad_configuration(tmp_path):
     from rlparity.config import ConfigError
 
-    text = (MATRICES / "axes.toml").read_text() + '\n[shapes.bad]\nworkload = "edgy"\nshapes = [[1, 2, 3]]\n'
-    with pytest.raises(ConfigError, match="unknown workload 'edgy'"):
+    text = (MATRICES / "axes.toml").read_text() + '\n[shapes.bad]\nworkload = "ed gy"\nshapes = [[1, 2, 3]]\n'
+    with pytest.raises(ConfigError, match="a workload is named by an identifier, got 'ed gy'"):
         load_axes(write(tmp_path, text, "axes.toml"))
 
 
@@ -89,10 +91,12 @@ def test_every_quick_target_has_an_edges_cell_per_dtype():
 
 
 def test_every_quick_cell_has_golden_digests():
+    from rlparity.cell import model
+
     table = golden.load("exact")
     for c in load_matrix("quick").cells:
         outputs = golden.OUTPUTS
-        if c.workload == model.WORKLOAD:
+        if c.workload == "model":
             outputs = tuple(f"{f}/{what}" for f in model.FAMILIES for what in model.GOLDEN_OUTPUTS)
         for shape in c.shape_list:
             for what in outputs:

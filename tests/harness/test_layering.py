@@ -1,6 +1,6 @@
 """The harness's layering, as import-linter contracts (pyproject.toml, [tool.importlinter]): the host never
-imports the cell side, rl_kernel or torch; rl_kernel never imports the harness. The contracts hold, they
-cover every host module, and they can fail."""
+imports the cell side, rl_kernel or torch; the cell imports only the plain-data host modules; rl_kernel never
+imports the harness. The contracts hold, they cover every host module, and they can fail."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ from harness.factories import ROOT
 
 PACKAGE = ROOT / "harness" / "rlparity"
 HOST_CONTRACTS = ("host-not-cell", "host-not-kernel")
+# The host modules a cell may import: plain data and pure logic (no processes, no containers, no console).
+PLAIN_HOST = {
+    "rlparity.cells", "rlparity.results", "rlparity.config", "rlparity.applicability", "rlparity.golden",
+    "rlparity.inventory", "rlparity.fingerprint",
+}  # fmt: skip
 
 
 def lint_imports(cwd: Path, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -45,7 +50,7 @@ def host_modules() -> set[str]:
 def test_the_contracts_hold():
     proc = lint_imports(ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "3 kept, 0 broken" in proc.stdout
+    assert "4 kept, 0 broken" in proc.stdout
 
 
 @pytest.mark.parametrize("contract", HOST_CONTRACTS)
@@ -56,13 +61,37 @@ def test_every_host_module_is_under_the_host_contracts(contract):
     assert listed - host_modules() == set(), "these are listed but do not exist"
 
 
-def test_a_host_import_of_the_cell_side_breaks_the_contract(tmp_path):
-    """In a copy of the packages, gate.py imports rlparity.cell: lint-imports fails and names the contract."""
+def test_the_cell_may_import_only_the_plain_host_modules():
+    """Every host module is either plain (the cell may import it) or forbidden to the cell."""
+    forbidden = set(contracts()["cell-plain-host"]["forbidden_modules"])
+    assert forbidden | PLAIN_HOST == host_modules() and not forbidden & PLAIN_HOST
+
+
+def copy_packages(tmp_path: Path) -> Path:
+    """rlparity and rl_kernel (without builds) and pyproject.toml in tmp_path; returns the packages' folder."""
     pkgs = tmp_path / "pkgs"
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "csrc")
     shutil.copytree(PACKAGE, pkgs / "rlparity", ignore=ignore)
     shutil.copytree(ROOT / "kernels" / "rl_kernel", pkgs / "rl_kernel", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return pkgs
+
+
+def test_a_cell_import_of_a_process_side_host_module_breaks_the_contract(tmp_path):
+    """In a copy, cellrun.py imports rlparity.runner (processes): lint-imports fails and names the import."""
+    pkgs = copy_packages(tmp_path)
+    cellrun = pkgs / "rlparity" / "cell" / "cellrun.py"
+    cellrun.write_text(cellrun.read_text() + "\nfrom rlparity import runner  # noqa: E402,F401\n")
+    proc = lint_imports(tmp_path, pythonpath=str(pkgs))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert "the cell imports only the plain-data host modules" in out and "BROKEN" in out, out[-4000:]
+    assert "rlparity.cell.cellrun -> rlparity.runner" in out, out[-4000:]
+
+
+def test_a_host_import_of_the_cell_side_breaks_the_contract(tmp_path):
+    """In a copy of the packages, gate.py imports rlparity.cell: lint-imports fails and names the contract."""
+    pkgs = copy_packages(tmp_path)
     gate = pkgs / "rlparity" / "gate.py"
     gate.write_text(gate.read_text() + "\nfrom rlparity.cell import controls  # noqa: E402,F401\n")
     proc = lint_imports(tmp_path, pythonpath=str(pkgs))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from rlparity.matrix import load_matrix
+from rlparity.matrix import load_axes, load_matrix
 
 from harness.factories import (
     BASE_AXES,
@@ -228,3 +228,9 @@ def test_docker_backend_on_a_small_file(tmp_path):
     # rocm60 does not carry gfx942: 8 cpu cells per image, 8 gfx942 cells for rocm64 only
     assert len(ids) == 8 + 8 + 8
     assert not [i for i in ids if i.startswith("rocm60-torch20/gfx942/")]
+
+
+def test_the_factories_tier_scopes_are_axes_tomls():
+    from harness.factories import _SCOPE
+
+    assert {name: tier.scope for name, tier in load_axes().tiers.items()} == _SCOPE

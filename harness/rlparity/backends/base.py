@@ -1,5 +1,6 @@
 """What every backend shares: the Backend protocol, the env a cell starts with, the cell's command line,
-the exit-status map, the cell's result dir, and judge() (a cell's result from what it left behind).
+the cell's result dir, and judge() (a cell's result from what it left behind; the exit-status map and the
+control variable are cells.py's, which the cell side reads too).
 
 A backend adds only where the cell runs (local.py: a process group; docker.py: a container).
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from rlparity import results
-from rlparity.cells import Cell
+from rlparity.cells import CONTROL_VAR, EXIT_CODES, Cell
 from rlparity.fingerprint import ENV_PREFIXES
 from rlparity.inventory import Inventory
 
@@ -21,10 +22,6 @@ TAIL_CHARS = 4000
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 # Set by the runner (CI) to hand this job its GPUs: kept, and cell device indices map through them.
 KEEP = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_HOME", "ROCM_PATH", "HIP_PATH")
-# The cell's exit code per status (cellrun returns it; judge() checks the result agrees).
-EXIT_CODES = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
-CONTROL_VAR = "RLPARITY_CONTROL"  # which negative control a cell runs ("none": rl_kernel itself)
-CONTROL_VAR_DEPRECATED = "RLPARITY_VARIANT"  # the old name, still read for a release
 
 
 class Backend(Protocol):
@@ -74,11 +71,6 @@ def cell_env(
     env[CONTROL_VAR] = control
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-def control_from_env(environ: Mapping[str, str]) -> str:
-    """The control a cell runs: RLPARITY_CONTROL, else the deprecated RLPARITY_VARIANT, else none."""
-    return environ.get(CONTROL_VAR) or environ.get(CONTROL_VAR_DEPRECATED) or "none"
 
 
 def visible_devices(inherited: str | None, indices: list[int]) -> str:

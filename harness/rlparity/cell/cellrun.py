@@ -15,14 +15,13 @@ import pytest
 
 from rlparity import fingerprint, results
 from rlparity.applicability import skip_reason
-from rlparity.backends.base import EXIT_CODES, control_from_env
 from rlparity.cell import fingerprint as cell_fingerprint
-from rlparity.cell import inventory
+from rlparity.cell import inventory, workloads
 from rlparity.cell.controls import PLACEMENT_VAR
 from rlparity.cell.suite.plugin import SuitePlugin
-from rlparity.cells import Cell
+from rlparity.cells import EXIT_CODES, Cell, control_from_env
 
-SUITE_DIR = Path(__file__).parent / "suite"
+SUITE_DIR = Path(__file__).parent / "suite"  # pytest.ini and the rootdir of every suite
 
 
 class _Outcomes:
@@ -50,11 +49,15 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         res.fingerprint, res.fingerprint_hash, res.variant = fp, fp_hash, control
         return res
     os.environ[PLACEMENT_VAR] = cell.placement  # what the placement-variant control reads
-    plugin, outcomes = SuitePlugin(cell, control), _Outcomes()
+    workload = workloads.get(cell.workload)
+    try:
+        params = workload.resolve(cell.params)
+    except workloads.WorkloadError as exc:  # the host checks keys before a run; a cell run by hand may not
+        return _errored(cell, str(exc), fp, fp_hash, control)
+    plugin, outcomes = SuitePlugin(cell, control, params), _Outcomes()
     code = pytest.main(
         [
-            str(SUITE_DIR / "test_bitwise.py"),
-            str(SUITE_DIR / "test_model.py"),
+            *(str(p) for p in workload.suite),
             "-c",
             str(SUITE_DIR / "pytest.ini"),
             "--rootdir",
@@ -90,6 +93,12 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         started=started,
         finished=results.now(),
     )
+
+
+def _errored(cell: Cell, why: str, fp: dict, fp_hash: str, control: str) -> results.CellResult:
+    res = results.CellResult(cell, "error", why, variant=control, fingerprint=fp, fingerprint_hash=fp_hash)
+    res.started = res.finished = results.now()
+    return res
 
 
 def main(argv: list[str] | None = None) -> int:

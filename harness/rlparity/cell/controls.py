@@ -32,6 +32,7 @@ catches (rlparity.selftest.EXPECTED names the comparison that must catch each co
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ import torch
 
 import rl_kernel
 import rl_kernel.reference as R
-from rlparity.cell.workloads import IGNORE, LogprobFn
+from rlparity.cell.episodes import IGNORE, LogprobFn
 from rlparity.cells import CONTROLS
 
 WAVE = 64
@@ -61,11 +62,13 @@ def _check(control: str) -> None:
         raise ValueError(f"unknown RLPARITY_CONTROL {control!r} (known: {', '.join(CONTROLS)})")
 
 
-def logprob_fn(control: str = "none") -> LogprobFn:
+def logprob_fn(control: str = "none", tier: str = "exact") -> LogprobFn:
+    """The token log-prob function a cell runs: the tier's (rl_kernel.tiers), or a negative control."""
     _check(control)
     # fma-build swaps the library underneath rl_kernel; rank-order breaks only the vocab-parallel merge
     if control in ("none", "fma-build", "range-unchecked", "rank-order"):
-        return _exact
+        op = rl_kernel.tiers.get(tier).op("token_logprobs")
+        return _exact if op is rl_kernel.token_logprobs else functools.partial(_tier_logprobs, op)
     return {
         "ulp-flip": _ulp_flip,
         "reversed-order": _reversed,
@@ -118,6 +121,10 @@ def _reference_stats(x: torch.Tensor, tree) -> torch.Tensor:
 
 def _exact(x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
     return rl_kernel.token_logprobs(x, tok, IGNORE)
+
+
+def _tier_logprobs(op: Callable, x: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    return op(x, tok, IGNORE)
 
 
 def _exact_grad(x: torch.Tensor, tok: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:

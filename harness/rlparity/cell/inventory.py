@@ -49,7 +49,18 @@ def probe() -> Inventory:
         gpu = has_gpu_kernels()
     except ImportError:
         gpu = False
-    return Inventory(tuple(devices), tuple(pairs), gpu, partitions=partitions)
+    return Inventory(tuple(devices), tuple(pairs), gpu, partitions=partitions, **offered())
+
+
+def offered() -> dict[str, dict]:
+    """The tiers and workloads this installation offers (folders and entry points), as plain data."""
+    from rl_kernel import tiers
+    from rlparity.cell import workloads
+
+    return {
+        "tiers": {name: t.describe() for name, t in tiers.tiers().items()},
+        "workloads": {name: w.describe() for name, w in workloads.workloads().items()},
+    }
 
 
 def main() -> int:

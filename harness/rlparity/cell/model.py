@@ -28,6 +28,7 @@ import rl_kernel
 from rl_kernel.bitwise import digest
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
+from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
 WORKLOAD = "model"  # the name shape sets give it (axes.toml workload = "model")
 GOLDEN_OUTPUTS = ("sequences", "rollout_logits", "logprobs", "weights")  # per family (golden_outputs)
@@ -37,6 +38,7 @@ PAD = 0
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
 LEARNING_RATE = 1e-3
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+SHAPE_PARAMS = ("layers", "hidden", "heads", "intermediate")
 
 
 # ---- the model ---------------------------------------------------------------------------------------
@@ -337,13 +339,28 @@ def _weights(model) -> dict[str, torch.Tensor]:
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
-def rl_step(family: str, shape: tuple[int, int, int], dtype: str, seed: int, device) -> tuple[Rollout, StepResult]:
-    """The whole step for one family and shape [batch, new tokens, vocab]: a fresh patched model, a sampled
-    rollout, two GRPO steps."""
+def rl_step(
+    family: str, shape: tuple[int, int, int], dtype: str, seed: int, device, tier: str = "exact", **params: int
+) -> tuple[Rollout, StepResult]:
+    """The whole step for one family and shape [batch, new tokens, vocab]: a fresh model patched in the tier, a
+    sampled rollout, GRPO steps (params: MODEL_DEFAULTS' keys, the defaults where not given)."""
     p = prompts(shape[0], shape[2], seed)
-    model = hf.patch(build(family, shape[2], dtype, seed, device).eval())
+    model = patched(family, shape[2], dtype, seed, device, tier, **params)
     r = generate(model, p, shape[1], seed + 1, device)
-    return r, train(model, r, p, device, seed)
+    steps = {k: v for k, v in {**MODEL_DEFAULTS, **params}.items() if k in ("steps", "micro")}
+    return r, train(model, r, p, device, seed, **steps)
+
+
+def stock(family: str, vocab: int, dtype: str, seed: int, device, **params: int):
+    """A fresh model of the family with the params' shape (MODEL_DEFAULTS' where not given), in eval mode."""
+    p = {**MODEL_DEFAULTS, **params}
+    shape = {k: p[k] for k in SHAPE_PARAMS if k != "intermediate"} | {"intermediate": p["intermediate"] or None}
+    return build(family, vocab, dtype, seed, device, **shape).eval()
+
+
+def patched(family: str, vocab: int, dtype: str, seed: int, device, tier: str = "exact", **params: int):
+    """stock(), patched in the tier."""
+    return hf.patch(stock(family, vocab, dtype, seed, device, **params), tier=tier)
 
 
 def micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:

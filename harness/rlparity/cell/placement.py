@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.cell.workloads import build_episode, to_device
+from rlparity.cell.episodes import build_episode, to_device
 from rlparity.cells import DEFAULT_WORKLOAD
 
 

@@ -1,4 +1,5 @@
-"""`rlparity golden [--update]`: check, or rewrite, every committed golden digest of the exact tier.
+"""`rlparity golden [--update]`: check, or rewrite, every committed golden digest of the exact tier (the shape
+sets axes.toml marks `golden = true`, each with its workload and parameters).
 
 The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/golden/exact/,
 written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
@@ -13,6 +14,7 @@ import subprocess
 import sys
 
 from rlparity import golden
+from rlparity.cells import DTYPES
 from rlparity.config import ConfigError
 from rlparity.matrix import load_axes
 from rlparity.ui import console
@@ -21,23 +23,23 @@ from rlparity.ui import console
 def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("golden", help="check (or --update) every golden digest of the exact tier (kernels + workloads)")
     g.add_argument("--update", action="store_true")
-    g.add_argument("--shapes", nargs="+", default=["smoke", "quick", "selftest", "edges", "model", "model-llm"])
-    g.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "fp16"], choices=["fp32", "bf16", "fp16"])
+    g.add_argument("--shapes", nargs="+", default=None, help="shape sets (default: axes.toml's `golden = true` sets)")
+    g.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     g.add_argument("--seed", type=int, default=0)
     g.set_defaults(func=cmd_golden)
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
     axes = load_axes()
-    unknown = [s for s in args.shapes if s not in axes.shapes]
+    shape_sets = args.shapes or [name for name, w in axes.workloads.items() if w.golden]
+    unknown = [s for s in shape_sets if s not in axes.shapes]
     if unknown:
         raise ConfigError(f"unknown shape set(s) {', '.join(unknown)} (known: {', '.join(axes.shapes)})")
     kernels = _kernel_digests(args.update)
     entries = {}
-    for name in args.shapes:  # one subprocess per shape set: each set names its workload
-        entries.update(
-            golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, axes.workloads.get(name, "plain"))
-        )
+    for name in shape_sets:  # one subprocess per shape set: each set names its workload and parameters
+        w = axes.workloads[name]
+        entries.update(golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, w.name, w.params))
     if args.update:
         path = golden.update("exact", entries)
         console.print(f"wrote {len(entries)} digests to {path}")

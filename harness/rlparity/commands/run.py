@@ -17,7 +17,7 @@ from rlparity.backends.base import Backend
 from rlparity.cells import Cell
 from rlparity.config import ConfigError, EnvError
 from rlparity.inventory import Inventory
-from rlparity.matrix import load_axes, load_matrix
+from rlparity.matrix import check_workload_params, load_axes, load_matrix
 from rlparity.runner import run_cells
 from rlparity.select import select
 from rlparity.selftest import CONTROLS
@@ -83,6 +83,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not (args.list and synthetic is not None):  # docker: images built (and pinned, with --strict) first
         backend.prepare(cells, args.strict)
     inventory = synthetic if synthetic is not None else backend.probe()
+    offered = {n: w.get("params", []) for n, w in inventory.workloads.items()} if inventory.workloads else None
+    check_workload_params(matrix.axes or axes, offered)  # the workloads' keys, now that the image said them
     targets = resolve_targets(targets_spec, axes, inventory)
     host_cells = for_targets(cells, targets)
     if not host_cells:

@@ -1,5 +1,7 @@
-"""The pytest plugin that connects the bitwise suite to its cell: fixtures for the cell's parameters,
-parametrisation over its shapes, and a recorder of every comparison (for the results JSON)."""
+"""The pytest plugin that connects a workload's suite to its cell: fixtures for the cell (cell, control,
+record, params: the workload's parameters with the matrix's over its defaults), parametrisation over its
+shapes, and a recorder of every comparison (for the results JSON). This is the interface a workload's suite
+is written against, in this repository or in a user's package (rlparity.cell.workloads)."""
 
 from __future__ import annotations
 
@@ -10,10 +12,8 @@ import pytest
 import torch
 
 from rl_kernel.bitwise import diff, digest
-from rlparity.cell.workloads import BUILDERS
+from rlparity import golden
 from rlparity.cells import Cell
-
-LOGIT_WORKLOADS = tuple(BUILDERS)  # test_bitwise.py's: episodes of logits
 
 
 @dataclass
@@ -80,10 +80,11 @@ class Recorder:
 
 
 class SuitePlugin:
-    def __init__(self, cell: Cell, control: str = "none") -> None:
-        # (not named cell/control: pytest would take such attributes for the fixtures below)
+    def __init__(self, cell: Cell, control: str = "none", params: dict[str, Any] | None = None) -> None:
+        # (not named cell/control/params: pytest would take such attributes for the fixtures below)
         self._cell = cell
         self._control = control
+        self._params = dict(params or {})
         self.recorder = Recorder()
 
     @pytest.fixture
@@ -95,26 +96,30 @@ class SuitePlugin:
         return self._control
 
     @pytest.fixture
+    def params(self) -> dict[str, Any]:
+        return dict(self._params)
+
+    @pytest.fixture
     def record(self, request) -> Recorder:
         self.recorder.current_test = request.node.nodeid.split("::")[-1]
         return self.recorder
-
-    def pytest_configure(self, config) -> None:
-        config.addinivalue_line("markers", "workloads(*names): the workloads a suite module serves")
-
-    def pytest_collection_modifyitems(self, config, items) -> None:
-        """Each test runs for the workloads its module serves (pytest.mark.workloads; unmarked: the logits
-        workloads, LOGIT_WORKLOADS); the others are deselected, not skipped: they do not apply."""
-        keep, drop = [], []
-        for item in items:
-            marker = item.get_closest_marker("workloads")
-            served = marker.args if marker else LOGIT_WORKLOADS
-            (keep if self._cell.workload in served else drop).append(item)
-        if drop:
-            config.hook.pytest_deselected(items=drop)
-            items[:] = keep
 
     def pytest_generate_tests(self, metafunc) -> None:
         if "shape" in metafunc.fixturenames:
             shapes = list(self._cell.shape_list)
             metafunc.parametrize("shape", shapes, ids=["x".join(map(str, s)) for s in shapes])
+
+
+def committed(cell: Cell, keys: dict[str, str]) -> dict[str, str]:
+    """The committed digests of a cell's keys ({what: rlparity.golden.key}) in its tier's table. A key without
+    one fails the test for an all-devices tier (write it with `rlparity golden --update`); for a per-target
+    tier the test is skipped: nothing has been recorded for this target yet."""
+    table, missing = golden.expected(cell.tier, cell.tier_scope, cell.target, keys)
+    if missing and cell.tier_scope == "per-target":
+        pytest.skip(f"no digest recorded for {cell.target} in {golden.path_for(cell.tier)} yet: nothing to compare")
+    if missing:
+        pytest.fail(
+            f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
+            "write them on the CPU with `rlparity golden --update` and review the diff"
+        )
+    return table

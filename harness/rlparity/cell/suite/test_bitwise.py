@@ -8,8 +8,7 @@ import torch
 from rl_kernel.bitwise import digest
 from rlparity import golden
 from rlparity.cell.controls import logprob_fn, stats_fn, token_fn
-from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
-from rlparity.cell.workloads import (
+from rlparity.cell.episodes import (
     IGNORE,
     batch_views,
     build_episode,
@@ -17,6 +16,8 @@ from rlparity.cell.workloads import (
     to_device,
     training_logprobs,
 )
+from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
+from rlparity.cell.suite.plugin import committed
 from rlparity.cells import DEFAULT_WORKLOAD
 
 
@@ -34,7 +35,7 @@ def make_episode(shape, cell):
 def test_rollout_matches_training(cell, control, record, shape):
     """Per-step decode log-probs (each step its own batch) == teacher-forced log-probs with autograd on."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control)
+    lp = logprob_fn(control, cell.tier)
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     rollout = rollout_logprobs(ep, lp, rollout_dev, cell.seed)
     training, grad = training_logprobs(ep, lp, train_dev)
@@ -50,7 +51,7 @@ def test_batch_invariance(cell, control, record, shape):
     """A row alone, the first rows as a small batch, in reversed batch order and as a strided view: the
     same bits as in the whole batch."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control)
+    lp = logprob_fn(control, cell.tier)
     dev = devices(cell.platform, cell.placement)[1]
     stats = stats_fn(control)
     views = batch_views(ep)
@@ -72,7 +73,7 @@ def test_batch_invariance(cell, control, record, shape):
 def test_run_to_run(cell, control, record, shape):
     """The training path repeated (cell.repeats times in all): identical log-probs and gradients."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control)
+    lp = logprob_fn(control, cell.tier)
     dev = devices(cell.platform, cell.placement)[1]
     first_lp, first_grad = training_logprobs(ep, lp, dev)
     failures = []
@@ -87,22 +88,16 @@ def test_run_to_run(cell, control, record, shape):
 
 def test_golden_digests(cell, control, record, shape):
     """The tier's committed digests (the same for every target in the exact tier)."""
-    table = golden.load(cell.tier)
     keys = {what: golden.key(cell.dtype, shape, cell.seed, what, cell.workload) for what in golden.OUTPUTS}
-    missing = [k for k in keys.values() if k not in table]
-    if missing:
-        pytest.fail(
-            f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
-            "write them on the CPU with `rlparity golden --update` and review the diff"
-        )
+    table = committed(cell, keys)
     dev = devices(cell.platform, cell.placement)[1]
     ep = make_episode(shape, cell)
-    lp, grad = training_logprobs(ep, logprob_fn(control), dev)
+    lp, grad = training_logprobs(ep, logprob_fn(control, cell.tier), dev)
     stats = stats_fn(control)(to_device(ep.logits.reshape(-1, shape[2]), dev))
     wrong = [
-        f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
+        f"{what}: {actual[:16]} != golden {table[what][:16]}"
         for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)), ("stats", digest(stats)))
-        if not record.compare_digest(f"{_sid(shape, cell.workload)} golden {what}", actual, table[keys[what]])
+        if not record.compare_digest(f"{_sid(shape, cell.workload)} golden {what}", actual, table[what])
     ]
     assert not wrong, "; ".join(wrong)
 
@@ -113,7 +108,7 @@ def test_split_matches_single(cell, control, record, shape):
     if cell.placement != "split":
         pytest.skip(f"placement is {cell.placement}, not split")
     ep = make_episode(shape, cell)
-    single_lp, single_grad = training_logprobs(ep, logprob_fn(control), devices(cell.platform, "single")[1])
+    single_lp, single_grad = training_logprobs(ep, logprob_fn(control, cell.tier), devices(cell.platform, "single")[1])
     failures = []
     for tp in split_tps(cell.platform):
         split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control, cell.workload, tp)

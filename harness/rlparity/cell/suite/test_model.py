@@ -10,8 +10,8 @@ from rl_kernel.integrations import transformers as hf
 from rlparity import golden
 from rlparity.cell import model as M
 from rlparity.cell.placement import devices
+from rlparity.cell.suite.plugin import committed
 
-pytestmark = pytest.mark.workloads(M.WORKLOAD)
 ONE = torch.tensor(1.0)
 
 
@@ -25,20 +25,20 @@ def _sid(shape, family: str) -> str:
     return f"model:{'x'.join(map(str, shape))} {family}"
 
 
-def _patched(family: str, shape, cell, device):
-    return hf.patch(M.build(family, shape[2], cell.dtype, cell.seed, device).eval())
+def _patched(family: str, shape, cell, device, params):
+    return M.patched(family, shape[2], cell.dtype, cell.seed, device, cell.tier, **params)
 
 
 @pytest.mark.parametrize("sampler", ["greedy", "gumbel"])
-def test_generate_matches_forward(cell, record, shape, family, sampler):
+def test_generate_matches_forward(cell, record, shape, family, sampler, params):
     """generate()'s logits at every completion position == a teacher-forced forward's, whether that forward sees
     the batch left padded, right padded, shuffled, or each sequence alone; and == a continuous-batching replay."""
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     p = M.prompts(shape[0], shape[2], cell.seed)
     seed = None if sampler == "greedy" else cell.seed + 1
-    r = M.generate(_patched(family, shape, cell, rollout_dev), p, shape[1], seed, rollout_dev)
+    r = M.generate(_patched(family, shape, cell, rollout_dev, params), p, shape[1], seed, rollout_dev)
     record.output(f"{_sid(shape, family)}/{sampler}/sequences", r.sequences)
-    trainer = _patched(family, shape, cell, train_dev)
+    trainer = _patched(family, shape, cell, train_dev, params)
     views = M.forward_views(trainer, r, p, train_dev)
     views["continuous batching"] = M.continuous_batching(trainer, r, p, train_dev)
     failures = []
@@ -51,11 +51,11 @@ def test_generate_matches_forward(cell, record, shape, family, sampler):
     assert not failures, "; ".join(failures)
 
 
-def test_rl_step(cell, record, shape, family):
+def test_rl_step(cell, record, shape, family, params):
     """A GRPO step after the rollout: every importance ratio of the first step is exactly 1.0; two runs of two
     steps (each from a fresh model) give the same weights, bit for bit."""
     dev = devices(cell.platform, cell.placement)[1]
-    _, first = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+    _, first = M.rl_step(family, shape, cell.dtype, cell.seed, dev, cell.tier, **params)
     sid = _sid(shape, family)
     failures = []
     d = record.compare(f"{sid} first-step ratios == 1.0", first.ratios, ONE.expand_as(first.ratios))
@@ -66,7 +66,7 @@ def test_rl_step(cell, record, shape, family):
     if not d.equal:
         failures.append(f"NaN weights: {d.summary()}")
     for i in range(1, cell.repeats):
-        _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+        _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev, cell.tier, **params)
         for name in first.weights:
             d = record.compare(f"{sid} repeat {i} weights {name}", again.weights[name], first.weights[name])
             if not d.equal:
@@ -74,34 +74,28 @@ def test_rl_step(cell, record, shape, family):
     assert not failures, "; ".join(failures[:5])
 
 
-def test_model_golden_digests(cell, record, shape, family):
+def test_model_golden_digests(cell, record, shape, family, params):
     """The exact tier's committed digests of the sampled sequences, the first step's log-probs and the weights
     after two steps: the same on every target."""
-    table = golden.load(cell.tier)
     dev = devices(cell.platform, cell.placement)[1]
-    r, step = M.rl_step(family, shape, cell.dtype, cell.seed, dev)
+    r, step = M.rl_step(family, shape, cell.dtype, cell.seed, dev, cell.tier, **params)
     outputs = M.golden_outputs(r, step)
     keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", M.WORKLOAD) for what in outputs}
-    missing = [k for k in keys.values() if k not in table]
-    if missing:
-        pytest.fail(
-            f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
-            "write them on the CPU with `rlparity golden --update` and review the diff"
-        )
+    table = committed(cell, keys)
     wrong = [
-        f"{what}: {actual[:16]} != golden {table[keys[what]][:16]}"
+        f"{what}: {actual[:16]} != golden {table[what][:16]}"
         for what, actual in outputs.items()
-        if not record.compare_digest(f"{_sid(shape, family)} golden {what}", actual, table[keys[what]])
+        if not record.compare_digest(f"{_sid(shape, family)} golden {what}", actual, table[what])
     ]
     assert not wrong, "; ".join(wrong)
 
 
-def test_stock_model_control(cell, record, shape, family):
+def test_stock_model_control(cell, record, shape, family, params):
     """Informational, never gated: the unpatched model's generate() vs its forward (mean/max |dlogp| and the
     share of ratios the clip would cut, in the cell's metrics), so the report shows what the patch buys."""
     dev = devices(cell.platform, cell.placement)[1]
     p = M.prompts(shape[0], shape[2], cell.seed)
-    model = M.build(family, shape[2], cell.dtype, cell.seed, dev).eval()
+    model = M.stock(family, shape[2], cell.dtype, cell.seed, dev, **params)
     r = M.generate(model, p, shape[1], None, dev)
     forward = M.forward_views(model, r, p, dev)["batch, left padded"]
     sid = _sid(shape, family)
@@ -111,13 +105,13 @@ def test_stock_model_control(cell, record, shape, family):
     assert d.total == r.logits.numel()
 
 
-def test_unpatch_restores_stock(cell, record, shape, family):
+def test_unpatch_restores_stock(cell, record, shape, family, params):
     """unpatch() gives back the stock model: its forward's bits equal a never-patched model's."""
     dev = devices(cell.platform, cell.placement)[1]
     p = M.prompts(shape[0], shape[2], cell.seed)
     ids, mask = p.ids.to(dev), p.mask.to(dev)
-    stock = M.build(family, shape[2], cell.dtype, cell.seed, dev).eval()
-    restored = hf.unpatch(_patched(family, shape, cell, dev))
+    stock = M.stock(family, shape[2], cell.dtype, cell.seed, dev, **params)
+    restored = hf.unpatch(_patched(family, shape, cell, dev, params))
     with torch.no_grad():
         want, got = (
             stock(input_ids=ids, attention_mask=mask).logits,
