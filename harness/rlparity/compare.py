@@ -34,6 +34,21 @@ class TensorVerdict:
     summary: str
     diff: dict[str, Any]
 
+    @property
+    def problem(self) -> str:
+        """Why the comparison fails, or "": the tensors differ, or they hold no element (nothing was compared:
+        two empty tensors are "equal" vacuously, which is no pass)."""
+        if not self.equal:
+            return self.summary
+        if not self.diff.get("total"):
+            return "both tensors have no elements: nothing was compared"
+        return ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when at least one element was compared and all are bitwise equal; 1 otherwise."""
+        return MISMATCH if self.problem else OK
+
 
 def compare_tensors(a: Path, b: Path) -> TensorVerdict:
     proc = subprocess.run(

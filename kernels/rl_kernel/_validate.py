@@ -41,16 +41,56 @@ def check_dtype(dtype: object, name: str) -> None:
         raise TypeError(f"rl_kernel: {name} must be float32, bfloat16 or float16, got {dtype}")
 
 
-def check_tokens(logits: torch.Tensor, tokens: object) -> torch.Tensor:
+_DTYPE_NAMES = {torch.float32: "float32", torch.int64: "int64", DTYPES: "float32, bfloat16 or float16"}
+
+
+def check_tensor(t: object, name: str, dtypes: torch.dtype | tuple[torch.dtype, ...] | None = None) -> torch.Tensor:
+    """t is a torch.Tensor (TypeError naming it otherwise) of one of dtypes (a dtype or a tuple; None: any)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"rl_kernel: {name} must be a torch.Tensor, got {type(t).__name__}")
+    allowed = (dtypes,) if isinstance(dtypes, torch.dtype) else dtypes
+    if allowed is not None and t.dtype not in allowed:
+        want = _DTYPE_NAMES.get(dtypes) or " or ".join(str(d).removeprefix("torch.") for d in allowed)
+        raise TypeError(f"rl_kernel: {name} must be {want}, got {t.dtype}")
+    return t
+
+
+def check_same_device(tensors: dict[str, torch.Tensor | None], host_ok: tuple[str, ...] = ()) -> None:
+    """Every tensor of {name: tensor} (None: an absent optional argument) is on the first one's device; a
+    ValueError naming the first that is not. Names in host_ok may also be on the CPU (the operator copies
+    those small host-made tables to the device itself). Devices are metadata: no host sync, and nothing
+    to skip under torch.compile (the check runs once, at trace time). Without it a meta tensor among CPU
+    ones dispatches to the fake implementation and returns uninitialised memory."""
+    items = [(n, t) for n, t in tensors.items() if t is not None]
+    ref_name, ref = items[0]
+    for name, t in items[1:]:
+        if t.device != ref.device and not (name in host_ok and t.device.type == "cpu"):
+            raise ValueError(
+                f"rl_kernel: {name} is on {t.device} but {ref_name} is on {ref.device}; "
+                "every tensor argument must be on one device"
+            )
+
+
+def check_same_dtype(tensors: dict[str, torch.Tensor | None]) -> None:
+    """Every tensor of {name: tensor} (None: absent) has the first one's dtype; a TypeError naming the first
+    that has not."""
+    items = [(n, t) for n, t in tensors.items() if t is not None]
+    ref_name, ref = items[0]
+    for name, t in items[1:]:
+        if t.dtype != ref.dtype:
+            raise TypeError(f"rl_kernel: {name} is {t.dtype} but {ref_name} is {ref.dtype} (they must have one dtype)")
+
+
+def check_tokens(logits: torch.Tensor, tokens: object, name: str = "logits") -> torch.Tensor:
     if not isinstance(tokens, torch.Tensor):
         raise TypeError(f"rl_kernel: tokens must be a torch.Tensor, got {type(tokens).__name__}")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise TypeError(f"rl_kernel: tokens must be an integer tensor, got {tokens.dtype}")
     if tokens.device != logits.device:
-        raise ValueError(f"rl_kernel: tokens are on {tokens.device} but logits are on {logits.device}")
+        raise ValueError(f"rl_kernel: tokens are on {tokens.device} but {name} are on {logits.device}")
     if tokens.shape != logits.shape[:-1]:
         raise ValueError(
-            f"rl_kernel: tokens shape {tuple(tokens.shape)} must equal logits shape without the "
+            f"rl_kernel: tokens shape {tuple(tokens.shape)} must equal {name} shape without the "
             f"vocabulary dimension {tuple(logits.shape[:-1])}"
         )
     return tokens.long()

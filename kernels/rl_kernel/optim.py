@@ -21,12 +21,24 @@ from collections.abc import Iterable
 
 import torch
 
+from rl_kernel._validate import check_same_device, check_same_dtype, check_tensor
+
 
 def _sqrt(v: torch.Tensor) -> torch.Tensor:
     """The correctly rounded float32 square root: in float64 (IEEE on every device), then rounded (exact:
     a float64 square root rounded to float32 is the float32 one). torch's CUDA float32 sqrt is not
     correctly rounded (1 ulp off for about 0.6% of inputs on the H200)."""
     return torch.sqrt(v.double()).float()
+
+
+def _check_param(p: torch.Tensor, state: dict) -> None:
+    """The gradient has the parameter's dtype and device, the state (m, v) is float32 on it: a ValueError or
+    TypeError naming the argument (no host sync: dtypes and devices are metadata)."""
+    check_same_device({"param": p, "grad": p.grad, "state['m']": state.get("m"), "state['v']": state.get("v")})
+    check_same_dtype({"param": p, "grad": p.grad})
+    for name in ("m", "v"):
+        if name in state:
+            check_tensor(state[name], f"state[{name!r}]", torch.float32)
 
 
 class ExactAdamW(torch.optim.Optimizer):
@@ -58,6 +70,7 @@ class ExactAdamW(torch.optim.Optimizer):
     def _update(p: torch.Tensor, state: dict, lr: float, b1: float, b2: float, eps: float, wd: float) -> None:
         if p.grad.is_sparse:
             raise ValueError("rl_kernel: ExactAdamW takes dense gradients")
+        _check_param(p, state)
         if not state:
             state["step"] = 0
             state["m"] = torch.zeros_like(p, dtype=torch.float32)

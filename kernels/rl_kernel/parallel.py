@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from rl_kernel._library import ops
-from rl_kernel._validate import check_logits, check_token_range, check_tokens
+from rl_kernel._validate import check_logits, check_same_device, check_tensor, check_token_range, check_tokens
 
 CHUNK = 8  # elements per leaf of the row tree (docs/numerics.md section 2)
 IGNORE = -100
@@ -129,16 +129,21 @@ def _levels(own: Slice) -> tuple[list[int], list[int]]:
 
 def local_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
     """The statistics (m, s) [..., n, 2] of the maximal nodes of this rank's slice."""
+    check_logits(local, "local")
     return ops.node_stats(local, own.chunk0, own.valid, *_levels(own))
 
 
 def local_entropy(local: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
     """The entropy sums [..., n] of the maximal nodes of this rank's slice, given the row's statistics."""
+    check_logits(local, "local")
+    _check_on_one_device({"local": local, "stats": stats}, stats=torch.float32)
     return ops.node_entropy(local, stats, own.chunk0, own.valid, *_levels(own))
 
 
 def local_token_logprobs(local: torch.Tensor, tokens: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
     """log p of the tokens this rank holds, +0.0 where another rank holds them."""
+    check_logits(local, "local")
+    _check_on_one_device({"local": local, "tokens": tokens, "stats": stats}, stats=torch.float32)
     local_tok = (tokens - own.start).clamp(0, local.shape[-1] - 1)
     mine = _logprob(local.gather(-1, local_tok.unsqueeze(-1)).squeeze(-1), stats)
     return torch.where(own.owns(tokens), mine, torch.zeros_like(mine))
@@ -157,10 +162,12 @@ def _joined(parts: Sequence[torch.Tensor], slices: Sequence[Slice], node_dim: in
 
 def join_stats(parts: Sequence[torch.Tensor], slices: Sequence[Slice]) -> torch.Tensor:
     """The row statistics [..., 3] (those of rl_kernel.row_stats on the whole row) from every rank's nodes."""
+    _check_on_one_device(_named("parts", parts), parts=torch.float32)
     return ops.join_stats(*_joined(parts, slices, -2))
 
 
 def join_entropy(parts: Sequence[torch.Tensor], stats: torch.Tensor, slices: Sequence[Slice]) -> torch.Tensor:
+    _check_on_one_device({**_named("parts", parts), "stats": stats}, parts=torch.float32, stats=torch.float32)
     values, levels, indices = _joined(parts, slices, -1)
     return ops.join_sum(values, stats, levels, indices)
 
@@ -170,12 +177,26 @@ def join_token_logprobs(
 ) -> torch.Tensor:
     """Each token's log-prob from the rank that holds it; NaN for an id outside [0, vocab_size) (as on one
     device with validate=False), +0.0 for ignore_index."""
+    _check_on_one_device({**_named("parts", parts), "tokens": tokens}, parts=torch.float32)
     out = torch.zeros_like(parts[0])
     for k, s in enumerate(slices):
         out = torch.where(s.owns(tokens), parts[k], out)
     vocab = slices[0].vocab_size
     out = torch.where((tokens < 0) | (tokens >= vocab), _CANONICAL_NAN.to(out.device), out)
     return torch.where(tokens == ignore_index, torch.zeros_like(out), out)
+
+
+def _named(name: str, parts: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {f"{name}[{k}]": t for k, t in enumerate(parts)}
+
+
+def _check_on_one_device(tensors: dict[str, torch.Tensor], **dtypes: torch.dtype) -> None:
+    """Every named tensor is a tensor (of dtypes[name], or dtypes[prefix] for "prefix[k]") on one device."""
+    if not tensors:
+        raise ValueError("rl_kernel.parallel: no tensors (an empty list of parts?)")
+    for name, t in tensors.items():
+        check_tensor(t, name, dtypes.get(name.split("[")[0]))
+    check_same_device(tensors)
 
 
 def _logprob(x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
@@ -283,7 +304,7 @@ def token_logprobs(
     the whole result, bit for bit rl_kernel.token_logprobs of the full logits. tokens are global ids (the
     same on every rank). Differentiable: the gradient is this rank's slice of the single-device one."""
     check_logits(local_logits, "local_logits")
-    tokens = check_tokens(local_logits, tokens)
+    tokens = check_tokens(local_logits, tokens, "local_logits")
     slices, me = layout(local_logits, vocab_start, vocab_size, group)
     if validate:
         check_token_range(tokens, vocab_size, ignore_index)
@@ -324,6 +345,8 @@ def simulate_token_logprobs(
 
 
 def _simulated_token_logprobs(logits, tokens, widths, vocab_size, ignore_index, rank_order: bool) -> torch.Tensor:
+    check_logits(logits)
+    tokens = check_tokens(logits, tokens)
     locals_, slices = simulate(logits, widths, vocab_size)
     stats = simulate_stats(logits, widths, vocab_size, rank_order=rank_order)
     parts = [local_token_logprobs(x, tokens, stats, s) for x, s in zip(locals_, slices, strict=True)]
@@ -348,6 +371,7 @@ def simulate_stats(
 ) -> torch.Tensor:
     """The row statistics from slices of logits in one process; rank_order=True is the negative control (each
     slice reduced as a row of its own, the slices then merged in rank order)."""
+    check_logits(logits)
     locals_, slices = simulate(logits, widths, vocab_size)
     if rank_order:
         return rank_order_stats([_whole_slice_stats(x, s) for x, s in zip(locals_, slices, strict=True)])
@@ -361,6 +385,7 @@ def _whole_slice_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
 
 def simulate_entropy(logits: torch.Tensor, widths: Sequence[int], vocab_size: int | None = None) -> torch.Tensor:
     """The entropy of the whole row from slices of logits, in one process."""
+    check_logits(logits)
     locals_, slices = simulate(logits, widths, vocab_size)
     stats = simulate_stats(logits, widths, vocab_size)
     return join_entropy([local_entropy(x, stats, s) for x, s in zip(locals_, slices, strict=True)], stats, slices)
@@ -373,6 +398,8 @@ def sum_allreduce_token_logprobs(
     """The Megatron-style construction, as information only: a MAX all-reduce of the local maxima, a SUM
     all-reduce of stock torch sums of exp, x[token] all-reduced by SUM; log p = x - max - log(sum). The SUM
     all-reduce's order depends on rank count, algorithm and message size: it does not give rl_kernel's bits."""
+    check_logits(local_logits, "local_logits")
+    tokens = check_tokens(local_logits, tokens, "local_logits")
     slices, me = layout(local_logits, vocab_start, vocab_size, group)
     own = slices[me]
     x = local_logits.float()
@@ -395,6 +422,7 @@ def rank_order_stats(parts_whole: Sequence[torch.Tensor]) -> torch.Tensor:
     """Wrong on purpose (a negative control): each rank's slice reduced as a row of its own, the ranks'
     (m, s) then joined in rank order. parts_whole[k] is [..., 1, 2]. Differs from the row's tree wherever a
     rank boundary is not a boundary of the tree's top nodes."""
+    _check_on_one_device(_named("parts_whole", parts_whole), parts_whole=torch.float32)
     values = torch.cat(list(parts_whole), dim=-2)
     n = values.shape[-2]
     return ops.join_stats(values, [0] * n, [2 * k for k in range(n)])  # no two are siblings: a fold

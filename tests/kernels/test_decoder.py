@@ -82,7 +82,7 @@ def test_linear_rejects_bad_input() -> None:
     x, w = torch.randn(3, 8), torch.randn(4, 8)
     with pytest.raises(RuntimeError, match="weight is"):
         rl_kernel.linear(x, torch.randn(4, 9))
-    with pytest.raises(RuntimeError, match="one dtype"):
+    with pytest.raises(TypeError, match="one dtype"):  # checked in Python (_validate) before the dispatch
         rl_kernel.linear(x, w.to(torch.bfloat16))
     with pytest.raises(RuntimeError, match="bias must be"):
         rl_kernel.linear(x, w, torch.randn(5))

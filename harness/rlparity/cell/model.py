@@ -86,6 +86,10 @@ def build(
     torch.manual_seed(seed)  # from_config's own init, overwritten below
     model = transformers.AutoModelForCausalLM.from_config(config(family, vocab, **shape))
     g = torch.Generator().manual_seed(seed)
+    # Qwen2's embedding is also its output layer: at std 1 its logits are std sqrt(hidden), the softmax nearly
+    # one-hot (entropy ~0.007 nats) and sampled sequences equal greedy ones. Scaled like the other matrices,
+    # its samples differ from greedy (test_model.py's test_sampling_differs_from_greedy holds it).
+    tied = bool(getattr(model.config, "tie_word_embeddings", False))
     with torch.no_grad():
         for name, p in sorted(model.named_parameters()):
             w = torch.randn(p.shape, generator=g)
@@ -93,7 +97,7 @@ def build(
                 w = 1.0 + 0.1 * w
             elif name.endswith("bias"):
                 w = 0.1 * w
-            elif p.dim() == 2 and "embed" not in name:
+            elif p.dim() == 2 and ("embed" not in name or tied):  # a tied embedding is the lm_head too
                 w = w * p.shape[1] ** -0.5
             p.copy_(w)
     return model.to(DTYPES[dtype]).to(device)

@@ -43,7 +43,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     console.print(("[green]" if d.equal else "[red]") + d.summary + "[/]")
     if not d.equal:
         console.print(json.dumps(d.diff, default=str))
-    return 0 if d.equal else 1
+    elif d.problem:
+        console.print(f"[red]{d.problem}[/]")
+    return d.exit_code
 
 
 def _dirs(a: Path, b: Path, ignore: list[str]) -> int:

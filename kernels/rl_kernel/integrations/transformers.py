@@ -290,10 +290,14 @@ class GumbelSampler(LogitsProcessor):
     so greedy decoding (do_sample=False) takes it: the same whole sequences on every device.
 
     Row b's draw is a function of (seed, keys[b], its step) and its scores. keys default to the row numbers;
-    pass a stable id per prompt. With pad_token_id the step is the sequence's own length (its left padding
-    not counted), so a sequence draws the same tokens whatever batch, order or padding it is generated in;
-    without, the step is the padded length. temperature divides the scores first, as frameworks do, by a
-    true division (integrations.divide_by_temperature: the same bits everywhere)."""
+    pass one key per sample: distinct for every sequence of the batch, and the same each time that sample is
+    rolled out again (a replay, another batch or device). For a GRPO group of G samples of one prompt, use
+    key = prompt_id * G + member (member 0 .. G-1) or a per-sample uid. Never one key per prompt: rows with the
+    same key, step and prompt draw the same tokens, so the G samples of a group would be identical and every
+    advantage zero. With pad_token_id the step is the sequence's own length (its left padding not counted),
+    so a sequence draws the same tokens whatever batch, order or padding it is generated in; without, the
+    step is the padded length. temperature divides the scores first, as frameworks do, by a true division
+    (integrations.divide_by_temperature: the same bits everywhere)."""
 
     def __init__(
         self, seed: int, temperature: float = 1.0, keys: torch.Tensor | None = None, pad_token_id: int | None = None

@@ -20,7 +20,7 @@ import math
 import torch
 
 from rl_kernel._library import ops, register_fake
-from rl_kernel._validate import check_logits, compiling
+from rl_kernel._validate import DTYPES, check_logits, check_same_device, check_same_dtype, check_tensor, compiling
 
 FAMILY = "decoder"
 ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder.cuh RL_ATTN_TILE)
@@ -107,8 +107,18 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear(x, weight, bias) in the exact tier: y[..., n] = sum_k x[..., k] * weight[n, k] as one
     fused multiply-add chain over k = 0 .. K-1 in fp32, + bias[n], rounded to x's dtype. A row of y depends
     on that row of x only (no split-K: the same bits at every batch size). One dtype for all three."""
-    check_logits(x, "x")
+    _check_like_x(x, weight=weight, bias=bias)
     return _Linear.apply(x, weight, bias)
+
+
+def _check_like_x(x: torch.Tensor, **others: torch.Tensor | None) -> None:
+    """x a float tensor; the others (None: absent) tensors of x's dtype on x's device."""
+    check_logits(x, "x")
+    for name, t in others.items():
+        if t is not None:
+            check_tensor(t, name)
+    check_same_device({"x": x, **others})
+    check_same_dtype({"x": x, **others})
 
 
 # ---- RMSNorm ------------------------------------------------------------------------------------
@@ -129,7 +139,7 @@ class _RmsNorm(torch.autograd.Function):
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Hugging Face's RMSNorm, weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype), in the exact tier: the
     mean of squares in fp32 by the row's tree, the contract's rsqrt, the same bits on every device."""
-    check_logits(x, "x")
+    _check_like_x(x, weight=weight)
     return _RmsNorm.apply(x, weight, float(eps))
 
 
@@ -173,7 +183,11 @@ def _llama3(inv: list[float], scaling: dict) -> list[float]:
 
 def rope_table(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of positions[...] * inv_freq[i] by the contract's sin_cos: float32 [..., head_dim/2].
-    |angle| must stay below 2^22 (else NaN); positions below 2^24 are exact in float32."""
+    |angle| must stay below 2^22 (else NaN); positions below 2^24 are exact in float32. inv_freq may be on
+    the CPU (rope_inv_freq's) or on positions' device."""
+    check_tensor(positions, "positions", torch.int64)
+    check_tensor(inv_freq, "inv_freq", torch.float32)
+    check_same_device({"positions": positions, "inv_freq": inv_freq}, host_ok=("inv_freq",))
     return ops.rope_table(positions, inv_freq.to(positions.device))
 
 
@@ -194,6 +208,9 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     """Hugging Face's apply_rotary_pos_emb for one tensor x [batch, heads, seq, head_dim] with cos/sin
     [batch, seq, head_dim/2] from rope_table: pairs (x_i, x_{i+D/2}) -> (x1*c - x2*s, x2*c + x1*s)."""
     check_logits(x, "x")
+    check_tensor(cos, "cos", torch.float32)
+    check_tensor(sin, "sin", torch.float32)
+    check_same_device({"x": x, "cos": cos, "sin": sin})
     return _Rotary.apply(x, cos, sin)
 
 
@@ -213,6 +230,9 @@ class _SiluMul(torch.autograd.Function):
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """SwiGLU's silu(gate) * up in fp32 with the contract's exp and reciprocal, rounded to the dtype."""
     check_logits(gate, "gate")
+    check_tensor(up, "up")
+    check_same_device({"gate": gate, "up": up})
+    check_same_dtype({"gate": gate, "up": up})
     return _SiluMul.apply(gate, up)
 
 
@@ -251,6 +271,15 @@ def attention(
     D^-0.5 (float64, rounded to float32). validate=True checks 0 <= k_start and q_pos < Tk (a host sync).
     """
     check_logits(q, "q")
+    for name, t, dtype in (
+        ("k", k, None),
+        ("v", v, None),
+        ("q_pos", q_pos, torch.int64),
+        ("k_start", k_start, torch.int64),
+    ):
+        check_tensor(t, name, dtype)
+    check_same_device({"q": q, "k": k, "v": v, "q_pos": q_pos, "k_start": k_start})
+    check_same_dtype({"q": q, "k": k, "v": v})
     if q.dim() != 4 or q.shape[-1] > MAX_HEAD_DIM:
         raise ValueError(
             f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}"
@@ -313,8 +342,10 @@ def embedding_grad(ids: torch.Tensor, grad: torch.Tensor, shape: torch.Size, pad
 def embedding(ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None = None) -> torch.Tensor:
     """F.embedding (a gather: exact) with a weight gradient whose bits do not depend on the device: each
     token's row sums its positions' gradients in position order (embedding_grad)."""
-    if ids.dtype != torch.int64:
+    if check_tensor(ids, "ids").dtype != torch.int64:
         raise TypeError(f"rl_kernel: embedding ids must be int64, got {ids.dtype}")
+    check_tensor(weight, "weight", DTYPES)
+    check_same_device({"ids": ids, "weight": weight})
     return _Embedding.apply(ids, weight, padding_idx)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from rl_kernel._library import ops, register_fake
-from rl_kernel._validate import check_logits
+from rl_kernel._validate import check_logits, check_same_device
 
 FAMILY = "sampling"
 
@@ -31,8 +31,8 @@ def gumbel_argmax(
     """A draw from softmax(scores) per row of scores [..., V], int64 [...]: argmax_i(scores_i + g_i) with the
     lowest index among equals, g_i Gumbel noise from (seed, keys[row], step[row], i). keys (int64 [...], a
     stable id per sequence) default to the row numbers; step is one int for every row or an int64 tensor
-    [...] (a sequence's own length, say). A NaN score counts as -inf; temperature, top-k and other
-    processing are the caller's (apply them to scores first)."""
+    [...] (a sequence's own length, say); keys and step on the scores' device or the CPU. A NaN score counts
+    as -inf; temperature, top-k and other processing are the caller's (apply them to scores first)."""
     check_logits(scores, "scores")
     lead = scores.shape[:-1]
     if keys is None:
@@ -44,6 +44,8 @@ def gumbel_argmax(
     for name, t in (("keys", keys), ("step", step)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.int64:
             raise TypeError(f"rl_kernel: {name} must be an int64 tensor, got {getattr(t, 'dtype', type(t))}")
+    # keys and step made on the host are copied to the scores' device (as before); any other device is an error.
+    check_same_device({"scores": scores, "keys": keys, "step": step}, host_ok=("keys", "step"))
     return ops.gumbel_argmax(scores, keys.to(scores.device), step.to(scores.device), seed)
 
 

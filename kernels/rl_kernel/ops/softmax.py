@@ -11,7 +11,15 @@ from __future__ import annotations
 import torch
 
 from rl_kernel._library import ops, register_fake
-from rl_kernel._validate import check_dtype, check_logits, check_token_range, check_tokens
+from rl_kernel._validate import (
+    DTYPES,
+    check_dtype,
+    check_logits,
+    check_same_device,
+    check_tensor,
+    check_token_range,
+    check_tokens,
+)
 
 FAMILY = "softmax"
 IGNORE = -100
@@ -125,6 +133,9 @@ def log_softmax_backward(
 ) -> torch.Tensor:
     """Gradient of log_softmax, grad_output - exp(output) * sum(grad_output), in input_dtype
     (rounded to nearest even with a canonical NaN, identically on every device)."""
+    check_tensor(grad_output, "grad_output", DTYPES)
+    check_tensor(output, "output", DTYPES)
+    check_same_device({"output": output, "grad_output": grad_output})
     if grad_output.shape != output.shape:
         raise ValueError(
             f"rl_kernel: grad_output shape {tuple(grad_output.shape)} must equal output shape {tuple(output.shape)}"

@@ -1,0 +1,335 @@
+"""rl_kernel.fast (the fast tier) on a machine without a GPU.
+
+- compile_check: every fast kernel compiled for sm_90, gfx90a, gfx942, gfx950, gfx1100 and gfx1201 uses exactly
+  its pinned matrix instruction family and K step and no atomics; every negative control (another BLOCK_K,
+  BLOCK_M=16 -> mma.sync on sm_90, matrix_instr_nonkdim=32 on gfx942, an atomic split-K) is flagged.
+- the Triton interpreter (TRITON_INTERPRET=1, in a subprocess: it must be set before Triton is imported):
+  the linear against float64 and bitwise batch invariant (M=1 vs larger M, another M bucket included), dX
+  batch invariant, dW/db run to run, autograd and torch.compile through the custom ops; attention decode rows ==
+  prefill rows, a sequence alone == in a batch with other left paddings, a NaN-filled cache tail ignored,
+  padding rows +0.0, the backward against float64.
+- clear errors: CPU tensors (-> tier='exact'), fp32, mixed devices or dtypes, a missing Triton, bad configs.
+Without Triton the Triton tests skip, except with CI=true, where a missing Triton fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import rl_kernel.fast as fast
+
+from tooling import require
+
+try:
+    import triton  # noqa: F401
+
+    HAVE_TRITON = True
+except ImportError:
+    HAVE_TRITON = False
+
+TARGETS = ("sm_90", "gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201")
+
+
+def need_triton() -> None:
+    require("triton (pip install triton==3.6.0)", HAVE_TRITON, "not installed")
+
+
+# ---- errors and configs (no Triton needed) ----------------------------------------------------------------
+@pytest.fixture
+def no_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+
+
+def test_signatures_match_the_exact_tier() -> None:
+    """A Hugging Face patch swaps the exact tier's functions for these: the same parameters, kinds and defaults."""
+    import inspect
+
+    from rl_kernel.ops import decoder
+
+    def params(fn):
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    assert params(fast.linear) == params(decoder.linear)
+    assert params(fast.attention) == params(decoder.attention)
+
+
+def test_cpu_tensors_name_the_exact_tier(no_interpreter) -> None:
+    x, w = torch.randn(2, 8).bfloat16(), torch.randn(4, 8).bfloat16()
+    with pytest.raises(ValueError, match=r"no CPU kernels.*tier='exact'"):
+        fast.linear(x, w)
+    q = torch.randn(1, 2, 3, 8).bfloat16()
+    k = torch.randn(1, 1, 3, 8).bfloat16()
+    pos, start = torch.arange(3)[None], torch.zeros(1, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"no CPU kernels.*tier='exact'"):
+        fast.attention(q, k, k, pos, start)
+
+
+def test_fp32_is_refused(no_interpreter) -> None:
+    with pytest.raises(TypeError, match=r"bfloat16/float16 only.*TF32"):
+        fast.linear(torch.randn(2, 8), torch.randn(4, 8))
+    with pytest.raises(TypeError, match="TF32"):
+        fast.attention(*(torch.randn(1, 1, 3, 8),) * 3, torch.arange(3)[None], torch.zeros(1, dtype=torch.long))
+
+
+def test_mixed_devices_and_dtypes_are_refused(no_interpreter) -> None:
+    x = torch.randn(2, 8).bfloat16()
+    with pytest.raises(ValueError, match="one device"):
+        fast.linear(x, torch.empty(4, 8, dtype=torch.bfloat16, device="meta"))
+    with pytest.raises(TypeError, match="one dtype"):
+        fast.linear(x, torch.randn(4, 8).half())
+    q = torch.randn(1, 2, 3, 8).bfloat16()
+    with pytest.raises(ValueError, match="one device"):
+        fast.attention(q, q, q, torch.arange(3, device="meta")[None], torch.zeros(1, dtype=torch.long))
+
+
+def test_import_without_triton_fails_only_at_the_call() -> None:
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "import torch, rl_kernel.fast as f\n"
+        "x = torch.empty(2, 8, dtype=torch.bfloat16, device='meta')\n"
+        "try:\n    f.linear(x, torch.empty(4, 8, dtype=torch.bfloat16, device='meta'))\n"
+        "except RuntimeError as e:\n    print('ERR', e)\n"
+    )
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ERR rl_kernel.fast needs Triton" in out.stdout
+
+
+def test_configs_pin_every_knob() -> None:
+    cfg = fast.configs()
+    assert set(TARGETS) <= set(cfg["targets"])
+    for name, t in cfg["targets"].items():
+        assert isinstance(t["launch"]["enable_fp_fusion"], bool)
+        if t["backend"] == "hip":
+            assert t["launch"]["matrix_instr_nonkdim"] == 16 and t["launch"]["kpack"] == 1
+        for key in ("buckets", "dx_buckets"):
+            for b in t["linear"].get(key, ()):
+                if name == "sm_90":
+                    assert b["block_m"] >= 64 and b["num_warps"] % 4 == 0
+    # the K step depends on (N, K) only; only the tile changes with M
+    ks = {fast.config_for("linear", "sm_90", m=m, n=4096, k=4096)["block_k"] for m in (1, 16, 256, 4096, 16384)}
+    assert ks == {64}
+    a = fast.config_for("attention", "sm_90", head_dim=128)
+    assert a["block_d"] == 128 and fast.config_for("attention", "sm_90", head_dim=96) == a
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("block_m = 64, block_n = 64, num_warps = 4, num_stages = 6", "block_m = 16, block_n = 64, num_warps = 4, num_stages = 6"), "mma.sync"),  # noqa: E501
+        (("launch = { enable_fp_fusion = false }", "launch = {}"), "enable_fp_fusion"),
+        (("schema = 1", "schema = 2"), "schema = 1"),
+        (("block_k = 64\nblock_k_by_nk = {}", "block_k = 64\nblock_k_by_nk = {}\nsplit_k = 4"), "unknown keys"),
+    ],
+)  # fmt: skip
+def test_config_loader_rejects(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
+    text = fast.CONFIG_PATH.read_text()
+    assert edit[0] in text
+    bad = tmp_path / "configs.toml"
+    bad.write_text(text.replace(edit[0], edit[1], 1))
+    with pytest.raises(fast.ConfigError, match=message):
+        fast.configs(bad)
+
+
+def test_unknown_target_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no pinned config for target 'sm_61'"):
+        fast.config_for("linear", "sm_61", m=1, n=8, k=8)
+
+
+# ---- compile_check: the static proof ---------------------------------------------------------------------
+@pytest.mark.parametrize("target", TARGETS)
+def test_compile_check_target(target: str) -> None:
+    need_triton()
+    from rl_kernel.fast import compile_check
+
+    reports = compile_check.check_target(target)
+    bad = [(r.kernel, r.dtype, r.problems) for r in reports if not r.ok]
+    assert not bad, bad
+    mma = [r for r in reports if r.instructions]
+    assert len(mma) >= 8  # the linear's GEMMs and the three attention kernels per head dim
+    family = {"sm_90": "wgmma", "gfx1100": "v_wmma", "gfx1201": "v_wmma"}.get(target, "v_mfma_f32_16x16x")
+    assert all(i.startswith(family) for r in mma for i in r.instructions)
+
+
+def test_compile_check_negative_controls_are_flagged() -> None:
+    need_triton()
+    from rl_kernel.fast import compile_check
+
+    controls = compile_check.negative_controls()
+    assert len(controls) == 5
+    assert all(c["flagged"] for c in controls), controls
+    by_name = {c["control"]: " ".join(c["problems"]) for c in controls}
+    assert any("mma.sync" in p for n, p in by_name.items() if "BLOCK_M=16" in n)
+    assert any("32x32x8" in p for n, p in by_name.items() if "nonkdim=32" in n)
+    assert any("K steps [32]" in p for n, p in by_name.items() if "BLOCK_K=32" in n)
+    assert all("atomics" in p for n, p in by_name.items() if "split-K" in n)
+
+
+# ---- the Triton interpreter (a subprocess: TRITON_INTERPRET must be set before Triton is imported) -------
+def _interpret(check: str) -> dict:
+    need_triton()
+    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, __file__, check],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=Path(__file__).parent,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_interpreter_linear() -> None:
+    r = _interpret("linear")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert not failed, failed
+
+
+def test_interpreter_attention() -> None:
+    r = _interpret("attention")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert not failed, failed
+
+
+# ---- what the subprocess runs --------------------------------------------------------------------------
+def _shim_interpreter() -> None:
+    """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
+    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as it
+
+    patch_tensor = it._patch_lang_tensor
+
+    def patched(tensor, scope) -> None:
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    it._patch_lang_tensor = patched
+    create_dot = it.InterpreterBuilder.create_dot
+
+    def as_fp32(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return it.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
+
+    it.InterpreterBuilder.create_dot = dot
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+
+
+def _check_linear() -> dict[str, bool]:
+    lin = fast.linear_kernels
+    g = torch.Generator().manual_seed(0)
+    m, n, k = 300, 80, 96  # M = 300 is in another sm_90 bucket than M <= 256
+    x = torch.randn(m, k, generator=g).bfloat16()
+    w = (torch.randn(n, k, generator=g) * 0.2).bfloat16()
+    b = torch.randn(n, generator=g).bfloat16()
+    y = fast.linear(x, w, b)
+    ref = x.double() @ w.double().t() + b.double()
+    res = {"fwd vs float64 within bf16 rounding": bool(((y.double() - ref).abs() <= ref.abs() * 2**-7 + 1e-3).all())}
+    res["fwd M=1,7,200 rows == M=300 rows (bits)"] = all(_same(fast.linear(x[:r], w, b), y[:r]) for r in (1, 7, 200))
+    res["fwd leading dims [3, 100, K]"] = _same(fast.linear(x.view(3, 100, k), w, b).view(m, n), y)
+    res["fwd non-contiguous x"] = _same(fast.linear(x.t().contiguous().t(), w, b), y)
+    dy = torch.randn(m, n, generator=g).bfloat16()
+    dx = lin.grad_x_2d(dy, w)
+    res["dX M=1,200 rows == M=300 rows (bits)"] = all(_same(lin.grad_x_2d(dy[:r], w), dx[:r]) for r in (1, 200))
+    res["dX vs float64"] = bool(((dx.double() - dy.double() @ w.double()).abs() < 0.1).all())
+    dw = [lin.grad_w_2d(dy, x) for _ in range(2)]
+    res["dW run to run"] = _same(dw[0], dw[1])
+    db = [lin.grad_b_2d(dy) for _ in range(2)]
+    res["db run to run, vs float64"] = _same(db[0], db[1]) and bool(
+        ((db[0].double() - dy.double().sum(0)).abs() < 0.5).all()
+    )
+    # autograd through the custom op
+    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    fast.linear(xg.view(3, 100, k), wg, bg).backward(dy.view(3, 100, n))
+    refs = (dy.double() @ w.double(), dy.double().t() @ x.double(), dy.double().sum(0))
+    errs = [((t.grad.double() - r).abs().max() / r.abs().max()).item() for t, r in zip((xg, wg, bg), refs, strict=True)]
+    res["autograd dx/dW/db vs float64"] = max(errs) < 0.01
+    res["autograd dx == the dX kernel (bits)"] = _same(xg.grad, dx)
+    # torch.compile: the op is traced (fake) and the config chosen at run time, per call
+    comp = torch.compile(lambda a: fast.linear(a, w, b), backend="aot_eager", dynamic=True, fullgraph=True)
+    res["torch.compile == eager (M=1, 300)"] = _same(comp(x[:1]), y[:1]) and _same(comp(x), y)
+    return res
+
+
+def _attn_ref(q, k, v, q_pos, k_start, scale):
+    grp = q.shape[1] // k.shape[1]
+    kk, vv = k.double().repeat_interleave(grp, 1), v.double().repeat_interleave(grp, 1)
+    s = q.double() @ kk.transpose(-1, -2) * scale
+    j = torch.arange(k.shape[2])
+    seen = (j[None, None, :] >= k_start[:, None, None]) & (j[None, None, :] <= q_pos[:, :, None])
+    s = s.masked_fill(~seen[:, None], float("-inf"))
+    return torch.softmax(s, -1).nan_to_num(0.0) @ vv
+
+
+def _check_attention() -> dict[str, bool]:
+    g = torch.Generator().manual_seed(1)
+    b, hq, hkv, t, d = 3, 4, 2, 150, 32
+    q = torch.randn(b, hq, t, d, generator=g).bfloat16()
+    k = torch.randn(b, hkv, t, d, generator=g).bfloat16()
+    v = torch.randn(b, hkv, t, d, generator=g).bfloat16()
+    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 9, 140])
+    pre = fast.attention(q, k, v, q_pos, k_start)
+    res = {"vs float64": bool((pre.double() - _attn_ref(q, k, v, q_pos, k_start, d**-0.5)).abs().max() < 0.03)}
+    res["padding rows are +0.0"] = bool((pre[1, :, :9] == 0).all() and (pre[2, :, :140] == 0).all())
+    cache = torch.full((b, hkv, t + 40, d), float("nan")).bfloat16()
+    kc, vc = cache.clone(), cache.clone()
+    kc[:, :, :t], vc[:, :, :t] = k, v
+    rows = (0, 8, 9, 10, 72, 73, 127, 128, 139, 140, 149)
+    res["decode rows (Tq=1, NaN cache tail) == prefill rows"] = all(
+        _same(fast.attention(q[:, :, r : r + 1], kc, vc, q_pos[:, r : r + 1], k_start), pre[:, :, r : r + 1])
+        for r in rows
+    )
+    res["chunk of 21 rows == prefill rows"] = _same(
+        fast.attention(q[:, :, 60:81], kc, vc, q_pos[:, 60:81], k_start), pre[:, :, 60:81]
+    )
+    res["sequence alone == in the batch"] = all(
+        _same(
+            fast.attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], q_pos[i : i + 1], k_start[i : i + 1]),
+            pre[i : i + 1],
+        )
+        for i in range(b)
+    )
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    go = torch.randn(b, hq, t, d, generator=g).bfloat16()
+    fast.attention(qg, kg, vg, q_pos, k_start).backward(go)
+    qr, kr, vr = (x.double().requires_grad_() for x in (q, k, v))
+    _attn_ref(qr, kr, vr, q_pos, k_start, d**-0.5).backward(go.double())
+    pairs = ((qg, qr), (kg, kr), (vg, vr))
+    errs = [((a.grad.double() - r.grad).abs().max() / r.grad.abs().max()).item() for a, r in pairs]
+    res["backward vs float64 (rel. max err < 3%)"] = max(errs) < 0.03
+    half = [x.half() for x in (q, k, v)]
+    pre16 = fast.attention(*half, q_pos, k_start)
+    res["fp16: decode rows == prefill rows"] = all(
+        _same(fast.attention(half[0][:, :, r : r + 1], *half[1:], q_pos[:, r : r + 1], k_start), pre16[:, :, r : r + 1])
+        for r in (9, 73, 149)
+    )
+    res["keys before k_start get no gradient"] = bool(
+        (kg.grad[2, :, :140] == 0).all() and (vg.grad[2, :, :140] == 0).all()
+    )
+    return res
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
+    _shim_interpreter()
+    result = {"linear": _check_linear, "attention": _check_attention}[sys.argv[1]]()
+    print(json.dumps(result))
