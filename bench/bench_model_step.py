@@ -1,15 +1,20 @@
-"""One RL step of a Hugging Face model on the GPU, patched (rl_kernel's exact tier) against stock, side by side.
+"""One RL step of a Hugging Face model on the GPU, at a Qwen3-1.7B shape: stock, the fast tier and the exact
+tier side by side in one process, on the same weights.
 
-    python bench/bench_model_step.py [--layers 8 --hidden 2048 --vocab 151936] [--json out.json]
+    python bench/bench_model_step.py [--tiers stock,fast,exact] [--layers 28 ...] [--json out.json]
 
-The model: a Qwen3-shaped decoder (rlparity.cell.model.build: random weights from a seed, bf16), 16 query
-heads over 8 KV heads of 128, MLP 3 x hidden. The step: a rollout, generate() of --new tokens for --batch
-prompts of mixed lengths (left padded, greedy), then a training step: one teacher-forced forward over prompt
-+ completion (right padded), rl_kernel.token_logprobs, the GRPO clipped loss, backward, and AdamW
-(rl_kernel.optim.ExactAdamW patched; torch.optim.AdamW, its default foreach path, stock). Each is
-timed synced (a host sync around every call, median of --reps) and queued (--reps back to back, one sync).
-The same run checks the patched model's generate() logits against its forward, bit for bit, and reports
-the stock model's drift (mean/max |dlogp|, the share of ratios outside the clip range).
+The model: Qwen3-shaped (rlparity.cell.workloads.model.build: random weights from a seed, bf16), by default
+28 layers, hidden 2048, 16 query / 8 KV heads of 128, MLP 6144, vocabulary 151936 (1.7 B parameters).
+- rollout: generate() of --new (64) tokens for --batch (32) prompts of 64..256 tokens, left padded, greedy;
+- training step: one forward over --train-batch x --train-len (8 x 1024) tokens with autograd, token
+  log-probs (rl_kernel.token_logprobs patched; log_softmax + gather stock), the GRPO clipped loss, backward,
+  AdamW (torch.optim.AdamW for stock and fast, whose promise is one architecture; ExactAdamW for exact);
+- check: generate() of --check-new (48) tokens for --check-batch (16) prompts keeping its logits, then the
+  training forward (autograd on, right padded) over the same sequences: the logits compared bit for bit, and
+  the first step's importance ratios exp(new - old) over the completion tokens (all exactly 1.0 when equal);
+  the stock model's drift (mean/max |dlogp|, the share of ratios outside the clip range).
+Each timing is synced (a host sync after every call, median of --reps) and queued (--reps back to back, one
+sync); the exact tier runs --exact-reps (its training step takes seconds).
 """
 
 from __future__ import annotations
@@ -25,79 +30,178 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "harness"))
 import rl_kernel
-from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
-from rlparity.cell import model as M
+from rlparity.cell.workloads import model as M
+
+PAD = M.PAD
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: a small run that checks the script itself
 
 
-def train_step(model, r: M.Rollout, p: M.Prompts, opt) -> None:
-    seqs = [M.unpadded(r, p, b) for b in range(r.sequences.shape[0])]
-    new = r.completions.shape[1]
-    old = rl_kernel.token_logprobs(r.logits, r.completions).cuda()
-    opt.zero_grad(set_to_none=True)
-    lp = M.micro_logprobs(model, seqs, r.completions, "cuda")
-    adv = M.advantages(len(seqs), 0).cuda()[:, None]
-    keep = torch.ones(len(seqs), new, device="cuda")
-    loss, _ = M.grpo_loss(lp, old, adv, keep, keep.sum())
-    loss.backward()
-    opt.step()
+def prompts(batch: int, lo: int, hi: int, vocab: int, seed: int) -> M.Prompts:
+    """batch prompts of lo..hi random tokens, left padded."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [int(x) for x in torch.randint(lo, hi + 1, (batch,), generator=g)]
+    width = max(lengths)
+    ids = torch.full((batch, width), PAD, dtype=torch.long)
+    mask = torch.zeros(batch, width, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        ids[b, width - n :] = torch.randint(1, vocab, (n,), generator=g)
+        mask[b, width - n :] = 1
+    return M.Prompts(ids, mask, tuple(lengths))
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        sync()
 
 
 def timings(fn, reps: int) -> dict[str, float]:
-    fn()  # warm-up
-    torch.cuda.synchronize()
+    fn()  # warm-up (Triton's compiles, cuBLAS handles)
+    sync()
     synced = []
     for _ in range(reps):
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        sync()
         synced.append(time.perf_counter() - t0)
     t0 = time.perf_counter()
     for _ in range(reps):
         fn()
-    torch.cuda.synchronize()
-    return {"synced_ms": statistics.median(synced) * 1e3, "queued_ms": (time.perf_counter() - t0) / reps * 1e3}
+    sync()
+    return {"synced_s": statistics.median(synced), "queued_s": (time.perf_counter() - t0) / reps}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--vocab", type=int, default=151936)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args(argv)
-    shape = dict(layers=a.layers, hidden=a.hidden, heads=a.hidden // 128, intermediate=3 * a.hidden)
-    p = M.prompts(a.batch, a.vocab, 0)
-    out: dict = {"config": vars(a) | {"json": None}, "device": torch.cuda.get_device_name()}
-    for name in ("stock", "patched"):
-        model = M.build("qwen3", a.vocab, "bf16", 0, "cuda", **shape).eval()
-        if name == "patched":
-            hf.patch(model)
-        r = M.generate(model, p, a.new, None, "cuda")
-        forward = M.forward_views(model, r, p, "cuda")["batch, right padded"]
-        optimizer = ExactAdamW if name == "patched" else torch.optim.AdamW
-        opt = optimizer(model.parameters(), lr=1e-5)
-        out[name] = {
-            "rollout": timings(lambda m=model: M.generate(m, p, a.new, None, "cuda"), a.reps),
-            "train_step": timings(lambda m=model, r=r, o=opt: train_step(m, r, p, o), a.reps),
-            "generate_equals_forward": bits_equal(forward, r.logits),
-            "differing_logits": diff(forward, r.logits).count,
-            "drift": M.drift(r.logits, forward, r.completions),
-            "params": sum(t.numel() for t in model.parameters()),
-        }
-        print(name, json.dumps(out[name]), flush=True)
-        del model, opt
+def rollout(model, p: M.Prompts, new: int) -> None:
+    with torch.no_grad():
+        model.generate(
+            input_ids=p.ids.to(DEVICE), attention_mask=p.mask.to(DEVICE), max_new_tokens=new, min_new_tokens=new,
+            do_sample=False, pad_token_id=PAD,
+        )  # fmt: skip
+
+
+def stock_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return torch.log_softmax(logits.float(), -1).gather(-1, tokens[..., None])[..., 0]
+
+
+def train_step(model, ids: torch.Tensor, opt, logprobs, clip: float = M.CLIP) -> None:
+    """Forward over ids [B, T] (every token real), token log-probs of the next tokens, GRPO loss, backward, step."""
+    opt.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1]
+    lp = logprobs(logits, ids[:, 1:])
+    old = lp.detach()
+    adv = torch.linspace(-1, 1, ids.shape[0], device=ids.device)[:, None]
+    ratio = torch.exp(lp - old)
+    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    loss.backward()
+    opt.step()
+
+
+def check(model, p: M.Prompts, new: int) -> dict:
+    """generate()'s logits against the training forward's (autograd on) at every completion position."""
+    r = M.generate(model, p, new, None, DEVICE)
+    seqs = [M.unpadded(r, p, b) for b in range(r.sequences.shape[0])]
+    with torch.enable_grad():
+        ids, mask = M.padded(seqs, right=True)
+        logits = model(input_ids=ids.to(DEVICE), attention_mask=mask.to(DEVICE)).logits
+        forward = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)]).float()
+        new_lp = rl_kernel.token_logprobs(forward, r.completions.to(DEVICE)).detach().cpu()
+    forward = forward.detach().cpu()
+    old_lp = rl_kernel.token_logprobs(r.logits, r.completions)
+    ratios = torch.exp(new_lp - old_lp)
+    differ = int((forward.view(torch.int32) != r.logits.view(torch.int32)).sum())
+    out = {
+        "logits_compared": r.logits.numel(),
+        "logits_differ": differ,
+        "tokens": r.completions.numel(),
+        "tokens_differing_logits": int((forward != r.logits).any(-1).sum()),
+        "ratios_exactly_one": int((ratios.view(torch.int32) == torch.tensor(1.0).view(torch.int32)).sum()),
+    }
+    out |= M.drift(r.logits, forward, r.completions)
+    out["generate_equals_forward"] = differ == 0
+    return out
+
+
+def run_tier(model, tier: str, args, check_p: M.Prompts, rollout_p: M.Prompts, train_ids: torch.Tensor) -> dict:
+    """The check, the rollout and the training step of one tier (stock: unpatched) on the model's weights."""
+    if tier != "stock":
+        hf.patch(model, tier=tier)
+    reps = args.exact_reps if tier == "exact" else args.reps
+    optimizer = ExactAdamW if tier == "exact" else torch.optim.AdamW
+    opt = optimizer(model.parameters(), lr=1e-6)
+    res = {"check": check(model.eval(), check_p, args.check_new)}
+    print(f"{tier}: check {json.dumps(res['check'])}", flush=True)
+    res["rollout"] = timings(lambda: rollout(model.eval(), rollout_p, args.new), reps)
+    print(f"{tier}: rollout {res['rollout']}", flush=True)
+    model.train()
+    logprobs = stock_logprobs if tier == "stock" else rl_kernel.token_logprobs
+    res["train"] = timings(lambda: train_step(model, train_ids, opt, logprobs), reps)
+    res["train_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+    print(f"{tier}: train {res['train']}", flush=True)
+    model.eval()
+    if tier != "stock":
+        hf.unpatch(model)
+    if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    for what in ("rollout", "train_step"):
-        out[f"{what}_patched_over_stock"] = out["patched"][what]["synced_ms"] / out["stock"][what]["synced_ms"]
-    print(json.dumps({k: v for k, v in out.items() if k.endswith("_over_stock")}))
-    if a.json:
-        a.json.write_text(json.dumps(out, indent=1))
-    return 0 if out["patched"]["generate_equals_forward"] else 1
+        torch.cuda.reset_peak_memory_stats()
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiers", default="stock,fast,exact")
+    ap.add_argument("--layers", type=int, default=28)
+    ap.add_argument("--hidden", type=int, default=2048)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--intermediate", type=int, default=6144)
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--prompt-min", type=int, default=64)
+    ap.add_argument("--prompt-max", type=int, default=256)
+    ap.add_argument("--new", type=int, default=64)
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--train-len", type=int, default=1024)
+    ap.add_argument("--check-batch", type=int, default=16)
+    ap.add_argument("--check-new", type=int, default=48)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--exact-reps", type=int, default=1)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    shape = dict(layers=args.layers, hidden=args.hidden, heads=args.heads, intermediate=args.intermediate)
+    t0 = time.perf_counter()
+    model = M.build("qwen3", args.vocab, args.dtype, 0, DEVICE, **shape).eval()
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    params = sum(p.numel() for p in model.parameters())
+    built, where = time.perf_counter() - t0, torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    print(f"model: qwen3 {shape} vocab {args.vocab}: {params / 1e9:.2f} B parameters, built in {built:.0f} s; "
+          f"{where}, torch {torch.__version__}", flush=True)  # fmt: skip
+    rollout_p = prompts(args.batch, args.prompt_min, args.prompt_max, args.vocab, 1)
+    check_p = prompts(args.check_batch, args.prompt_min, args.prompt_max, args.vocab, 2)
+    train_ids = torch.randint(
+        1, args.vocab, (args.train_batch, args.train_len), generator=torch.Generator().manual_seed(3)
+    )
+    train_ids = train_ids.to(DEVICE)
+    record: dict = {"shape": shape | {"vocab": args.vocab, "parameters": params}, "args": vars(args) | {"json": None}}
+    for tier in args.tiers.split(","):
+        model.load_state_dict(initial)
+        record[tier] = run_tier(model, tier, args, check_p, rollout_p, train_ids)
+    if "stock" in record:
+        for tier in (t for t in ("fast", "exact") if t in record):
+            for what in ("rollout", "train"):
+                for how in ("synced_s", "queued_s"):
+                    record[tier][f"{what}_{how}_over_stock"] = record[tier][what][how] / record["stock"][what][how]
+    print("\ntier   rollout s (x stock)   train s (x stock)   generate == forward   ratios == 1")
+    for tier in args.tiers.split(","):
+        r = record[tier]
+        ro, tr = r["rollout"]["synced_s"], r["train"]["synced_s"]
+        x = (f" ({r.get('rollout_synced_s_over_stock', 1):.2f}x)", f" ({r.get('train_synced_s_over_stock', 1):.2f}x)")
+        c = r["check"]
+        print(f"{tier:6} {ro:8.3f}{x[0]:12} {tr:8.3f}{x[1]:12} {c['logits_differ']:>10} differ   "
+              f"{c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1))
+    return 0
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "harness"))
 import rl_kernel
 from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import transformers as hf
-from rlparity.cell import model as M
+from rlparity.cell.workloads import model as M
 
 
 def ops_probe() -> None:

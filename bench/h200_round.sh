@@ -4,7 +4,10 @@
 #   the shipped build's SASS scanned (kernels_check --built), CPU == GPU bits (selfcheck, golden --device
 #   cuda), the kernels' tests on the GPU (cuda params, gpu-marked: launch splits, misaligned rows, FTZ), the
 #   quick gate on cpu + sm90 (edges cells included), selftest's controls and the mutations on sm90, timings;
-#   the Hugging Face integration (hf: its tests on the GPU; model: the model cells; mbench: an RL step's time).
+#   the Hugging Face integration (hf: its tests on the GPU; model: the model cells; mbench: an RL step's time);
+#   the fast tier (fast: selfcheck --tier fast and its sm_90 golden digests recorded into $OUT/golden-fast;
+#   sm90: the quick matrix's sm90 cells, both tiers, and their recorded digests; fbench: bench/fast_h200.py).
+#   A fresh build's _C.so is copied to $OUT (carry it back as kernels/rl_kernel/ to skip the next build).
 # Usage (from the repository root on the GPU machine): bash bench/h200_round.sh "$OUT" [STEP...]
 # junitparser travels as a wheel in .whl/ (no network there); STEPs default to all. STEP_TIMEOUT caps each
 # step; RESULTS_TAR (e.g. $OUT/r.tar.gz) is refreshed after every step.
@@ -30,6 +33,7 @@ if ! ls kernels/rl_kernel/_C*.so >/dev/null 2>&1; then
   t0=$(date +%s)
   python3 setup.py build_ext --inplace > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$out/progress.txt"
+  cp kernels/rl_kernel/_C*.so "$out/" 2>/dev/null || true
 fi
 so=$(ls kernels/rl_kernel/_C*.so)
 
@@ -72,6 +76,14 @@ for s in $steps; do
              --strict --jobs 4 --out "$out/model"
            flatten model ;;
     mbench) step model-bench python3 bench/bench_model_step.py --json "$out/model_step.json" ;;
+    fast) step selfcheck-fast python3 -m rl_kernel.selfcheck --tier fast --require-gpu --json "$out/selfcheck_fast.json"
+          step golden-fast python3 -m rl_kernel.golden --tier fast --device cuda --update
+          mkdir -p "$out/golden-fast" && cp kernels/rl_kernel/golden/fast/*/*.json "$out/golden-fast/" ;;
+    sm90) step sm90 python3 -m rlparity.cli run --matrix quick --targets sm90 --strict --jobs 4 --out "$out/sm90"
+          python3 -m rlparity.cli golden --record "$out/sm90" > "$out/record.log" 2>&1
+          cp harness/rlparity/data/golden/fast.json "$out/harness-fast.json" 2>/dev/null
+          flatten sm90 ;;
+    fbench) step fast-bench python3 bench/fast_h200.py ;;
     *) echo "unknown step $s" ;;
   esac
 done

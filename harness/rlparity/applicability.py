@@ -18,6 +18,9 @@ def offer_reason(cell: Cell, inv: Inventory) -> str | None:
         return None
     if cell.workload not in inv.workloads:
         return f"this image offers no workload {cell.workload!r} (it offers: {', '.join(inv.workloads) or 'none'})"
+    dtypes = tiers[cell.tier].get("dtypes")
+    if dtypes and cell.dtype not in dtypes:
+        return f"the {cell.tier} tier takes {', '.join(dtypes)}, not {cell.dtype}"
     ops = tiers[cell.tier].get("operators") or []
     missing = [op for op in inv.workloads[cell.workload].get("needs", []) if ops and op not in ops]
     if missing:

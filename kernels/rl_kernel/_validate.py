@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from rl_kernel._library import has_gpu_kernels
-
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+from rl_kernel.inputs import DTYPES
 
 
 def compiling() -> bool:

@@ -11,8 +11,9 @@ import torch
 # Vocabulary sizes the project promises to cover: edge sizes around the chunk
 # (8) and the GPU's warp tile (256 chunks), and real tokenizers (Llama-2, GPT-2, Llama-3, Qwen).
 VOCABS = (1, 7, 255, 256, 257, 32000, 50257, 128256, 151936)
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the harness's names
+# The one map of the dtypes rl_kernel takes, by the names tiers, cells and matrix files use.
+DTYPE_NAMES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = tuple(DTYPE_NAMES.values())
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -23,10 +23,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from rl_kernel.inputs import DTYPE_NAMES
+
 ENTRY_POINT_GROUP = "rl_kernel.tiers"
 SCOPES = ("all-devices", "per-target")
 PLATFORMS = ("cpu", "cuda", "rocm")
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = tuple(DTYPE_NAMES)
 
 
 class TierError(LookupError):
@@ -55,6 +57,8 @@ class Tier:
                  the function takes a list of target names (empty: every target) and returns a list of
                  problems; "csrc" is the exact tier's C++/HIP/CUDA contract scan in kernels/check
     build        the flags the tier's code is built with (what the fingerprint records)
+    details      import string `module:function` of what else the fingerprint records (the fast tier: the
+                 pinned configuration and matrix instruction of this machine's target)
     """
 
     name: str
@@ -70,6 +74,7 @@ class Tier:
     scan: str | None = None
     build: tuple[str, ...] = ()
     description: str = ""
+    details: str | None = None  # `module:function` -> dict: what the fingerprint adds (per-target configuration)
     origin: str = field(default="", compare=False)  # where it was found (folder or entry point)
 
     def __post_init__(self) -> None:
@@ -111,6 +116,14 @@ class Tier:
                 raise TierError(f"the {self.name} tier's digests are per target: name the target (sm_90, gfx942, ...)")
             base = base / target
         return base / f"{family}.json"
+
+    def fingerprint(self) -> dict[str, Any]:
+        """describe() plus the tier's own details (the fast tier: the target's pinned configuration)."""
+        found = self.describe()
+        if self.details:
+            module, _, func = self.details.partition(":")
+            found["details"] = getattr(importlib.import_module(module), func)()
+        return found
 
     def describe(self) -> dict[str, Any]:
         """Plain data for the device probe and the fingerprint."""

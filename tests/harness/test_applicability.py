@@ -97,7 +97,7 @@ def test_split_needs_two_devices():
 # What a probe of an image with both tiers and the three workloads reports (rlparity.cell.inventory.offered).
 BOTH_TIERS = {
     "exact": {"platforms": ["cpu", "cuda", "rocm"], "operators": ["token_logprobs", "row_stats", "linear"]},
-    "fast": {"platforms": ["cuda", "rocm"], "operators": ["token_logprobs", "row_stats", "linear"]},
+    "fast": {"platforms": ["cuda", "rocm"], "operators": ["token_logprobs", "row_stats", "linear"], "dtypes": ["bf16"]},
 }
 WORKLOADS = {"plain": {"params": [], "needs": ["token_logprobs"]}, "model": {"params": [], "needs": ["attention"]}}
 
@@ -111,10 +111,11 @@ def test_a_tier_the_image_lacks_is_skipped_with_what_it_offers():
 
 def test_the_fast_tier_skips_on_a_cpu_for_no_gpu_and_runs_on_its_gpu():
     both = Inventory((MI300X,), (), True, tiers=BOTH_TIERS)
-    reason = skip_reason(make_cell("cpu", tier="fast"), both)
+    reason = skip_reason(make_cell("cpu", tier="fast", dtype="bf16"), both)
     assert reason == "no GPU: the fast tier has no CPU kernels (it runs on cuda, rocm)"
-    assert skip_reason(make_cell("gfx942", tier="fast"), both) is None
+    assert skip_reason(make_cell("gfx942", tier="fast", dtype="bf16"), both) is None
     assert skip_reason(make_cell("cpu", tier="exact"), both) is None
+    assert skip_reason(make_cell("gfx942", tier="fast"), both) == "the fast tier takes bf16, not fp32"
 
 
 def test_a_workload_the_image_lacks_or_a_tier_without_its_operators_is_skipped():
@@ -122,7 +123,7 @@ def test_a_workload_the_image_lacks_or_a_tier_without_its_operators_is_skipped()
     assert skip_reason(make_cell("cpu"), inv) is None  # plain
     edges = dataclasses.replace(make_cell("cpu"), workload="edges")
     assert skip_reason(edges, inv) == "this image offers no workload 'edges' (it offers: plain, model)"
-    model = dataclasses.replace(make_cell("gfx942", tier="fast"), workload="model")
+    model = dataclasses.replace(make_cell("gfx942", tier="fast", dtype="bf16"), workload="model")
     assert skip_reason(model, inv) == "the fast tier provides no attention, which the model workload calls"
 
 

@@ -14,7 +14,7 @@ from rlparity.matrix import load_axes, load_matrix
 
 from harness.factories import MATRICES, write
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = cells.DTYPES
 
 
 def test_every_workload_a_shape_set_names_is_offered_here():
@@ -91,7 +91,7 @@ def test_every_quick_target_has_an_edges_cell_per_dtype():
 
 
 def test_every_quick_cell_has_golden_digests():
-    from rlparity.cell import model
+    from rlparity.cell.workloads import model
 
     table = golden.load("exact")
     for c in load_matrix("quick").cells:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_kernel.integrations import transformers as hf
-from rlparity.cell import model as M
+from rlparity.cell.workloads import model as M
 
 VOCAB = 211
 

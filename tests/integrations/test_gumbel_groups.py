@@ -8,7 +8,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from rl_kernel.integrations import transformers as hf
-from rlparity.cell import model as M
+from rlparity.cell.workloads import model as M
 
 VOCAB, NEW, G, SEED = 211, 6, 4, 5
 

@@ -15,7 +15,7 @@ from transformers import LogitsProcessorList
 
 from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import transformers as hf
-from rlparity.cell import model as M
+from rlparity.cell.workloads import model as M
 
 FAMILIES = M.FAMILIES
 DTYPES = ("fp32", "bf16")

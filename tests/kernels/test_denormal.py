@@ -14,12 +14,13 @@ import pytest
 import torch
 
 import rl_kernel
+from rl_kernel import inputs
 from rl_kernel import reference as ref
 from rl_kernel.bitwise import bits_equal, diff, int_view
 
 IGNORE = -100
 TINY = 2.0**-126
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES = inputs.DTYPES
 
 
 def _dname(d: torch.dtype) -> str:

@@ -22,7 +22,7 @@ from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal, diff
 
 IGNORE = -100
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES = inputs.DTYPES
 # (vocab, slice widths): equal, Megatron-padded (128 x tp), unequal, one tiny slice, a partial last chunk.
 CUTS = [
     (151936, [75968, 75968]),

@@ -17,7 +17,7 @@ import rl_kernel.reference as S
 from rl_kernel import inputs
 
 VOCABS = (1, 7, 8, 9, 255, 256, 257, 2048, 2049, 5000, 151936)
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES = inputs.DTYPES
 IGNORE = -100
 ops = torch.ops.rl_kernel  # the operators themselves, for the row statistics they return
 

@@ -18,11 +18,12 @@ import torch
 from bit_checks import assert_same, cpu_bits, dname
 
 import rl_kernel
+from rl_kernel import inputs
 from rl_kernel.ops.decoder import attention_with_stats
 from rl_kernel.reference import contract as C
 from rl_kernel.reference import decoder as R
 
-DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+DTYPES = inputs.DTYPES
 HEAD_DIMS = (2, 16, 34)
 NAN, INF = float("nan"), float("inf")
 

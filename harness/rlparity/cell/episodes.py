@@ -6,7 +6,7 @@ training: teacher-forced log-probs of the whole batch in one call, with autograd
 surrogate's backward). The bitwise suite requires the two to agree in every bit.
 
 These workloads (plain, edges) start from logits (generated on the CPU from a seed, so every device sees the
-same bits); the model workload (rlparity.cell.model) starts from token ids and runs a Hugging Face model.
+same bits); the model workload (rlparity.cell.workloads.model) starts from token ids and runs a Hugging Face model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from rl_kernel import inputs
 IGNORE = -100
 HEAD_ROWS = 8  # batch_views' small batch
 LogprobFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (logits [N, V], tokens [N]) -> fp32 [N]
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = inputs.DTYPE_NAMES
 
 
 @dataclass(frozen=True)

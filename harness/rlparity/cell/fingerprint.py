@@ -71,7 +71,7 @@ def _rl_kernel() -> dict[str, Any]:
     pkg = Path(rl_kernel.__file__).parent
     lib = os.environ.get("RL_KERNEL_LIBRARY") or next((str(p) for p in sorted(pkg.glob("_C*.so"))), "")
     return {
-        "tiers": {name: tier.describe() for name, tier in rl_kernel.tiers.tiers().items()},
+        "tiers": {name: tier.fingerprint() for name, tier in rl_kernel.tiers.tiers().items()},
         "library": Path(lib).name if lib else "",
         "library_sha256": _sha256(Path(lib)) if lib else "",
         "gpu_kernels": has_gpu_kernels(),

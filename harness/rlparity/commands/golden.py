@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
-from rlparity import golden
+from rlparity import golden, results
 from rlparity.cells import DTYPES
-from rlparity.config import ConfigError
+from rlparity.config import GOLDEN_DIR, ConfigError
 from rlparity.matrix import load_axes
 from rlparity.ui import console
+
+RECORDED = "golden/"  # the cell side's prefix (rlparity.cell.suite.plugin.RECORDED; test_golden_table keeps them equal)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,11 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--shapes", nargs="+", default=None, help="shape sets (default: axes.toml's `golden = true` sets)")
     g.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=DTYPES)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--record", type=Path, metavar="RESULTS", help="a per-target tier: write the digests its passing "
+                   "cells of RESULTS recorded (golden/<target>/<key>) into its table, and nothing else")  # fmt: skip
     g.set_defaults(func=cmd_golden)
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
     axes = load_axes()
+    if args.record is not None:
+        return record(args.record)
     shape_sets = args.shapes or [name for name, w in axes.workloads.items() if w.golden]
     unknown = [s for s in shape_sets if s not in axes.shapes]
     if unknown:
@@ -58,3 +65,21 @@ def _kernel_digests(update: bool) -> int:
                           capture_output=True, text=True)  # fmt: skip
     console.print(proc.stdout.rstrip() or proc.stderr.rstrip()[-2000:])
     return 0 if proc.returncode == 0 else 1
+
+
+def record(results_dir: Path, root: Path = GOLDEN_DIR) -> int:
+    """A per-target tier's digests as its cells on a target recorded them (golden/<target>/<key> in result.json),
+    merged into data/golden/<tier>.json: the only way a per-target table is written (no CPU can compute it)."""
+    by_tier: dict[str, dict[str, str]] = {}
+    for res in results.read_all(results_dir) if (results_dir / "cells").is_dir() else []:
+        if res.status != "passed" or res.cell.tier_scope != "per-target" or res.variant != "none":
+            continue
+        for name, dig in res.digests.items():
+            if name.startswith(RECORDED):
+                by_tier.setdefault(res.cell.tier, {})[name.removeprefix(RECORDED)] = dig
+    if not by_tier:
+        raise ConfigError(f"no passed per-target cell in {results_dir} recorded a golden digest: nothing to write")
+    for tier, entries in sorted(by_tier.items()):
+        path = golden.update(tier, entries, root)
+        console.print(f"{tier}: wrote {len(entries)} digests recorded by its cells to {path}")
+    return 0

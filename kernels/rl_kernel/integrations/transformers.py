@@ -40,6 +40,7 @@ from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rl_kernel import tiers
+from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.ops.decoder import positions_from_mask
 from rl_kernel.ops.sampling import gumbel_argmax
@@ -183,9 +184,6 @@ def _model_forward(original: Callable) -> Callable:
 
 
 # ---- what a model must be --------------------------------------------------------------------------
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
 def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     names = {c.__name__ for c in type(model).__mro__}
     if not names & set(ARCHITECTURES):
@@ -207,7 +205,7 @@ def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     if rope.get("partial_rotary_factor", 1.0) != 1.0:
         raise ValueError("rl_kernel: partial rotary embeddings are not supported (partial_rotary_factor must be 1)")
     dtypes = {p.dtype for p in model.parameters()}
-    allowed = {_DTYPES[d] for d in tier.dtypes}
+    allowed = {DTYPE_NAMES[d] for d in tier.dtypes}
     if len(dtypes) != 1 or not dtypes <= allowed:
         names = "/".join(str(d).removeprefix("torch.") for d in sorted(allowed, key=str))
         raise ValueError(f"rl_kernel: the {tier.name} tier needs parameters that share one of {names}, got {dtypes}")

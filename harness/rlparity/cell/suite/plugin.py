@@ -110,16 +110,29 @@ class SuitePlugin:
             metafunc.parametrize("shape", shapes, ids=["x".join(map(str, s)) for s in shapes])
 
 
-def committed(cell: Cell, keys: dict[str, str]) -> dict[str, str]:
-    """The committed digests of a cell's keys ({what: rlparity.golden.key}) in its tier's table. A key without
-    one fails the test for an all-devices tier (write it with `rlparity golden --update`); for a per-target
-    tier the test is skipped: nothing has been recorded for this target yet."""
+RECORDED = "golden/"  # result.json digests named golden/<table key>: what `rlparity golden --record` reads
+
+
+def check_committed(cell: Cell, record: Recorder, label: str, keys: dict[str, str], actual: dict[str, str]) -> None:
+    """A cell's digests ({what: digest}) against its tier's committed ones ({what: rlparity.golden.key}). For an
+    all-devices tier a key without one fails (write it with `rlparity golden --update`). A per-target tier
+    records every digest in result.json (golden/<sm90/key>) for `rlparity golden --record RESULTS`; a target with
+    nothing recorded yet is skipped after that, having compared nothing."""
     table, missing = golden.expected(cell.tier, cell.tier_scope, cell.target, keys)
-    if missing and cell.tier_scope == "per-target":
-        pytest.skip(f"no digest recorded for {cell.target} in {golden.path_for(cell.tier)} yet: nothing to compare")
-    if missing:
+    if missing and cell.tier_scope == "all-devices":
         pytest.fail(
             f"no golden digest for {', '.join(missing)} in {golden.path_for(cell.tier)}: "
             "write them on the CPU with `rlparity golden --update` and review the diff"
         )
-    return table
+    if cell.tier_scope == "per-target":
+        for what, key in keys.items():
+            record.digests[RECORDED + golden.table_key(key, cell.tier_scope, cell.target)] = actual[what]
+    wrong = [
+        f"{what}: {actual[what][:16]} != golden {expected[:16]}"
+        for what, expected in table.items()
+        if not record.compare_digest(f"{label} golden {what}", actual[what], expected)
+    ]
+    assert not wrong, "; ".join(wrong)
+    if missing:
+        pytest.skip(f"no digest recorded for {cell.target} in {golden.path_for(cell.tier)} yet: this cell's are in "
+                    "result.json (rlparity golden --record RESULTS)")  # fmt: skip

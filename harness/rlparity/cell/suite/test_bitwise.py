@@ -17,7 +17,7 @@ from rlparity.cell.episodes import (
     training_logprobs,
 )
 from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
-from rlparity.cell.suite.plugin import committed
+from rlparity.cell.suite.plugin import check_committed
 from rlparity.cells import DEFAULT_WORKLOAD
 
 
@@ -89,17 +89,12 @@ def test_run_to_run(cell, control, record, shape):
 def test_golden_digests(cell, control, record, shape):
     """The tier's committed digests (the same for every target in the exact tier)."""
     keys = {what: golden.key(cell.dtype, shape, cell.seed, what, cell.workload) for what in golden.OUTPUTS}
-    table = committed(cell, keys)
     dev = devices(cell.platform, cell.placement)[1]
     ep = make_episode(shape, cell)
     lp, grad = training_logprobs(ep, logprob_fn(control, cell.tier), dev)
     stats = stats_fn(control)(to_device(ep.logits.reshape(-1, shape[2]), dev))
-    wrong = [
-        f"{what}: {actual[:16]} != golden {table[what][:16]}"
-        for what, actual in (("logprobs", digest(lp)), ("grad", digest(grad)), ("stats", digest(stats)))
-        if not record.compare_digest(f"{_sid(shape, cell.workload)} golden {what}", actual, table[what])
-    ]
-    assert not wrong, "; ".join(wrong)
+    actual = {"logprobs": digest(lp), "grad": digest(grad), "stats": digest(stats)}
+    check_committed(cell, record, _sid(shape, cell.workload), keys, actual)
 
 
 def test_split_matches_single(cell, control, record, shape):

@@ -1,5 +1,5 @@
-"""The model workload's suite (rlparity.cell.model): a Hugging Face model's rollout against its training forward,
-and an RL step, for every family. Every equality is on integer views of the bits."""
+"""The model workload's suite (rlparity.cell.workloads.model): a Hugging Face model's rollout against its training
+forward, and an RL step, for every family. Every equality is on integer views of the bits."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import torch
 import rl_kernel
 from rl_kernel.integrations import transformers as hf
 from rlparity import golden
-from rlparity.cell import model as M
 from rlparity.cell.placement import devices
-from rlparity.cell.suite.plugin import committed
+from rlparity.cell.suite.plugin import check_committed
+from rlparity.cell.workloads import model as M
 
 ONE = torch.tensor(1.0)
 MIN_ENTROPY = 1.0  # nats: the tiny models have about 5 at vocabulary 256 .. 512
@@ -114,13 +114,7 @@ def test_model_golden_digests(cell, record, shape, family, params):
     r, step = _first_rl_step(family, shape, cell, dev, params)
     outputs = M.golden_outputs(r, step)
     keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", M.WORKLOAD) for what in outputs}
-    table = committed(cell, keys)
-    wrong = [
-        f"{what}: {actual[:16]} != golden {table[what][:16]}"
-        for what, actual in outputs.items()
-        if not record.compare_digest(f"{_sid(shape, family)} golden {what}", actual, table[what])
-    ]
-    assert not wrong, "; ".join(wrong)
+    check_committed(cell, record, _sid(shape, family), keys, outputs)
 
 
 def test_stock_model_control(cell, record, shape, family, params):

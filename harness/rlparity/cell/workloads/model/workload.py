@@ -1,5 +1,5 @@
 """The model workload: a Hugging Face model's rollout (generate) and its trainer (teacher-forced forwards and
-GRPO steps) over the Rollout / StepResult data of rlparity.cell.model, for Llama, Qwen2 and Qwen3; its suite
+GRPO steps) over the Rollout / StepResult data of rlparity.cell.workloads.model, for Llama, Qwen2 and Qwen3; its suite
 is rlparity/cell/suite/test_model.py."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from typing import Any
 from rlparity.cell.workloads import SUITE_DIR, Workload
 
 # The workload's parameters and their defaults: the model's shape (intermediate 0: twice the hidden size) and
-# the trainer's GRPO steps and micro-batch size. (Here, not in rlparity.cell.model: the device probe reads
+# the trainer's GRPO steps and micro-batch size. (Here, not in rlparity.cell.workloads.model: the device probe reads
 # this descriptor without importing transformers.)
 MODEL_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 0, "steps": 2, "micro": 3}
 
 
 def golden(shape: tuple[int, int, int], dtype: str, seed: int, params: dict[str, Any]) -> dict[str, str]:
     """Every family's digests (sequences, rollout logits, first-step log-probs and weights) on the CPU."""
-    from rlparity.cell import model as M
+    from rlparity.cell.workloads import model as M
 
     out = {}
     for family in M.FAMILIES:

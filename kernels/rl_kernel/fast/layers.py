@@ -1,0 +1,36 @@
+"""The fast tier's operators, as the Hugging Face patch and the harness take them: linear and attention on the
+matrix cores (rl_kernel.fast), everything else from the exact tier (RMSNorm, rotary with fp32 tables, SwiGLU,
+the embedding with its fixed-order gradient, the log-prob head and the sampler), whose bits are the same on
+every device anyway."""
+
+from __future__ import annotations
+
+from rl_kernel.fast import attention, linear
+from rl_kernel.ops.decoder import (
+    embedding,
+    positions_from_mask,
+    rms_norm,
+    rope_inv_freq,
+    rope_table,
+    rotary,
+    silu_mul,
+)
+from rl_kernel.ops.sampling import gumbel_argmax
+from rl_kernel.ops.softmax import entropy, log_softmax, row_stats, token_logprobs
+
+__all__ = [
+    "attention",
+    "embedding",
+    "entropy",
+    "gumbel_argmax",
+    "linear",
+    "log_softmax",
+    "positions_from_mask",
+    "rms_norm",
+    "rope_inv_freq",
+    "rope_table",
+    "rotary",
+    "row_stats",
+    "silu_mul",
+    "token_logprobs",
+]

@@ -1,0 +1,45 @@
+"""The fast tier: matrix cores (wgmma, MFMA, WMMA) in an order fixed per target (configs.toml): the same bits
+within one architecture (every run, batch size and order, rollout and training), not across architectures or
+vendors, so its golden digests are recorded per target. No CPU kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rl_kernel.tiers import Tier
+
+TIER = Tier(
+    name="fast",
+    scope="per-target",
+    cpu_reference=False,
+    platforms=("cuda", "rocm"),
+    module="rl_kernel.fast.layers",
+    operators=(
+        "attention",
+        "embedding",
+        "entropy",
+        "gumbel_argmax",
+        "linear",
+        "log_softmax",
+        "positions_from_mask",
+        "rms_norm",
+        "rope_inv_freq",
+        "rope_table",
+        "rotary",
+        "row_stats",
+        "silu_mul",
+        "token_logprobs",
+    ),
+    layers="rl_kernel.fast.layers",
+    checks="rl_kernel.fast.checks",
+    golden_dir=Path(__file__).resolve().parents[1] / "golden" / "fast",
+    dtypes=("bf16", "fp16"),
+    scan="rl_kernel.fast.compile_check:tier_scan",
+    build=(
+        "triton",
+        "configs.toml: BLOCK_K, matrix instruction, num_warps/stages per target",
+        "enable_fp_fusion=false",
+    ),
+    details="rl_kernel.fast:fingerprint",
+    description="matrix-core linear and attention in a fixed order per target; the rest of the exact tier",
+)
