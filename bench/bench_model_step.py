@@ -53,7 +53,7 @@ def prompts(batch: int, lo: int, hi: int, vocab: int, seed: int) -> M.Prompts:
 
 def sync() -> None:
     if torch.cuda.is_available():
-        sync()
+        torch.cuda.synchronize()
 
 
 def timings(fn, reps: int) -> dict[str, float]:

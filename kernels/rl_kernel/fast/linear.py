@@ -203,20 +203,19 @@ def _linear_backward_op(grad, x, weight, need_dx, need_dw, need_db):
     n, k = weight.shape
     dy = grad.reshape(-1, n).contiguous()
     x2 = x.reshape(-1, k)
-    empty = grad.new_empty(0)
-    dx = grad_x_2d(dy, weight).view(x.shape) if need_dx else empty
-    dw = grad_w_2d(dy, x2) if need_dw else empty
-    db = grad_b_2d(dy) if need_db else empty
+    # An output not asked for is its own empty tensor: outputs of a custom op may not alias each other.
+    dx = grad_x_2d(dy, weight).view(x.shape) if need_dx else grad.new_empty(0)
+    dw = grad_w_2d(dy, x2) if need_dw else grad.new_empty(0)
+    db = grad_b_2d(dy) if need_db else grad.new_empty(0)
     return dx, dw, db
 
 
 @_linear_backward_op.register_fake
 def _(grad, x, weight, need_dx, need_dw, need_db):
-    empty = grad.new_empty(0)
     return (
-        torch.empty_like(x) if need_dx else empty,
-        torch.empty_like(weight) if need_dw else empty,
-        weight.new_empty(weight.shape[0]) if need_db else empty,
+        torch.empty_like(x) if need_dx else grad.new_empty(0),
+        torch.empty_like(weight) if need_dw else grad.new_empty(0),
+        weight.new_empty(weight.shape[0]) if need_db else grad.new_empty(0),
     )
 
 
