@@ -181,11 +181,24 @@ def test_unsupported_models_are_named(build, error, match) -> None:
         hf.patch(build())
 
 
+def test_the_fast_tier_on_the_cpu_names_the_exact_tier() -> None:
+    """patch(model, tier="fast") swaps in the fast tier's layers; with no GPU kernels for the CPU, the first call
+    says so and names the exact tier (no silent fallback)."""
+    model = hf.patch(M.build("qwen3", VOCAB, "bf16", 0).eval(), tier="fast")
+    assert hf.tier_of(model) == "fast" and hf.is_patched(model)
+    ids = torch.ones(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="fast tier has no CPU kernels.*tier='exact'"):
+        model(input_ids=ids)
+    assert hf.tier_of(hf.unpatch(model)) is None
+
+
 def test_bad_calls_are_named() -> None:
     model = patched("llama", "fp32", "cpu")
     with pytest.raises(ValueError, match="already patched"):
         hf.patch(model)
-    with pytest.raises(ValueError, match="tier 'fast' is not available"):
+    with pytest.raises(ValueError, match=r"tier 'nope' is not available \(available: exact, fast\)"):
+        hf.patch(M.build("llama", VOCAB, "fp32", 0), tier="nope")
+    with pytest.raises(ValueError, match="the fast tier needs parameters that share one of bfloat16/float16"):
         hf.patch(M.build("llama", VOCAB, "fp32", 0), tier="fast")
     with pytest.raises(ValueError, match="not patched"):
         hf.unpatch(M.build("llama", VOCAB, "fp32", 0))
