@@ -134,9 +134,13 @@ def _load(path: str) -> dict[str, Any]:
     return data
 
 
+CONFIG_VAR = "RL_KERNEL_FAST_CONFIGS"  # another pinned file (a negative control: another BLOCK_K), recorded by
+# the fingerprint with every RL_KERNEL_ variable
+
+
 def configs(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The parsed, validated configs.toml: {"schema": 1, "targets": {target: {...}}}."""
-    return _load(str(path or CONFIG_PATH))
+    """The parsed, validated configs.toml (or $RL_KERNEL_FAST_CONFIGS): {"schema": 1, "targets": {target: {...}}}."""
+    return _load(str(path or os.environ.get(CONFIG_VAR) or CONFIG_PATH))
 
 
 def target_of(device: torch.device | None = None) -> str:
