@@ -14,13 +14,13 @@ def offer_reason(cell: Cell, inv: Inventory) -> str | None:
     tiers = inv.offered_tiers()
     if cell.tier not in tiers:
         return f"this image's rl_kernel offers no tier {cell.tier!r} (it offers: {', '.join(tiers) or 'none'})"
+    dtypes = tiers[cell.tier].get("dtypes")
+    if dtypes and cell.dtype not in dtypes:
+        return f"the {cell.tier} tier takes {', '.join(dtypes)}, not {cell.dtype}"
     if inv.workloads is None:
         return None
     if cell.workload not in inv.workloads:
         return f"this image offers no workload {cell.workload!r} (it offers: {', '.join(inv.workloads) or 'none'})"
-    dtypes = tiers[cell.tier].get("dtypes")
-    if dtypes and cell.dtype not in dtypes:
-        return f"the {cell.tier} tier takes {', '.join(dtypes)}, not {cell.dtype}"
     ops = tiers[cell.tier].get("operators") or []
     missing = [op for op in inv.workloads[cell.workload].get("needs", []) if ops and op not in ops]
     if missing:
