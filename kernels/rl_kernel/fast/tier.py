@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rl_kernel.fast import layers
 from rl_kernel.tiers import Tier
 
 TIER = Tier(
@@ -14,22 +15,7 @@ TIER = Tier(
     cpu_reference=False,
     platforms=("cuda", "rocm"),
     module="rl_kernel.fast.layers",
-    operators=(
-        "attention",
-        "embedding",
-        "entropy",
-        "gumbel_argmax",
-        "linear",
-        "log_softmax",
-        "positions_from_mask",
-        "rms_norm",
-        "rope_inv_freq",
-        "rope_table",
-        "rotary",
-        "row_stats",
-        "silu_mul",
-        "token_logprobs",
-    ),
+    operators=tuple(layers.__all__),
     layers="rl_kernel.fast.layers",
     checks="rl_kernel.fast.checks",
     golden_dir=Path(__file__).resolve().parents[1] / "golden" / "fast",
