@@ -86,3 +86,17 @@ def test_update_is_the_only_writer(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_diff_names_changed_new_and_gone_keys() -> None:
     lines = golden.diff({"a": "1", "b": "2", "c": "3"}, {"a": "1", "b": "9", "d": "4"})
     assert lines == ["changed: b", "not in the golden file: d", "no longer computed: c"]
+
+
+def test_a_per_target_tier_names_its_files_by_target(tmp_path, capsys) -> None:
+    """The fast tier's kernel digests live per target; a target with no file has nothing to check (exit 0) and
+    says so; the path needs a target."""
+    from rl_kernel import tiers
+
+    fast = tiers.get("fast")
+    assert fast.golden_path("decoder", "sm_90") == fast.golden_dir / "sm_90" / "decoder.json"
+    with pytest.raises(tiers.TierError, match="per target"):
+        fast.golden_path("decoder")
+    assert golden.target_for(fast, "cpu") == "cpu" and golden.target_for(tiers.get("exact"), "cpu") is None
+    assert golden.main(["--tier", "fast", "--dir", str(tmp_path)]) == 0
+    assert "no digests recorded for cpu" in capsys.readouterr().out

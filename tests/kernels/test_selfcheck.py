@@ -97,3 +97,25 @@ def test_require_gpu_without_gpu_is_an_error() -> None:
     if torch.cuda.is_available():
         return
     assert selfcheck.main(["--vocabs", "7", "--require-gpu"]) == 2
+
+
+def test_a_tier_without_a_cpu_reference_checks_nothing_on_a_cpu_and_says_so(capsys) -> None:
+    """The fast tier has no CPU kernels: selfcheck compares nothing here and says why (exit 0); with
+    --require-gpu it is exit 2. Its checks package is the tier's own (linear, attention with float64 references)."""
+    from rl_kernel import checks, tiers
+
+    fast = tiers.get("fast")
+    assert not fast.cpu_reference and {s.name for s in checks.all_specs(fast.checks)} >= {"linear", "attention"}
+    assert all(s.reference is not None for s in checks.all_specs(fast.checks) if s.name in ("linear", "attention"))
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the CPU-only message does not apply")
+    assert selfcheck.main(["--tier", "fast"]) == 0
+    assert "the fast tier has no CPU kernels and this machine has no GPU: nothing checked" in capsys.readouterr().out
+    assert selfcheck.main(["--tier", "fast", "--require-gpu"]) == 2
+
+
+def test_accuracy_checks_hold_an_output_to_its_bound() -> None:
+    ref = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    assert selfcheck.Accuracy(selfcheck.relative_error(ref.float(), ref), 1e-6).equal
+    assert not selfcheck.Accuracy(selfcheck.relative_error(ref.float() * 1.1, ref), 1e-2).equal
+    assert not selfcheck.Accuracy(selfcheck.relative_error(torch.full((3,), float("nan")), ref), 1.0).equal
