@@ -61,11 +61,12 @@ def compute(
     seed: int = 0,
     workload: str = DEFAULT_WORKLOAD,
     params: dict | None = None,
+    tier: str = "exact",
 ) -> dict[str, str]:
     """The digests on this machine's CPU build, computed by `python -m rlparity.cell.golden` in a
     subprocess (the host never imports rl_kernel)."""
     argv = ["--shapes", *("x".join(map(str, s)) for s in shapes), "--dtypes", *dtypes, "--seed", str(seed)]
-    argv += ["--workload", workload, "--params", json.dumps(params or {})]
+    argv += ["--workload", workload, "--params", json.dumps(params or {}), "--tier", tier]
     proc = subprocess.run([sys.executable, "-m", "rlparity.cell.golden", *argv], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"computing the golden digests failed:\n{proc.stderr[-3000:]}")

@@ -24,8 +24,9 @@ def compute(
     seed: int = 0,
     workload: str = DEFAULT_WORKLOAD,
     params: dict[str, Any] | None = None,
+    tier: str = "exact",
 ) -> dict[str, str]:
-    """Every digest the workload commits, for each shape and dtype, keyed by rlparity.golden.key."""
+    """Every digest the workload commits in the tier, for each shape and dtype, keyed by rlparity.golden.key."""
     w = workloads.get(workload)
     if w.golden is None:
         return {}
@@ -33,7 +34,7 @@ def compute(
     out = {}
     for dtype in dtypes:
         for shape in shapes:
-            for what, d in w.golden(shape, dtype, seed, resolved).items():
+            for what, d in w.golden(shape, dtype, seed, resolved, tier).items():
                 out[key(dtype, shape, seed, what, workload)] = d
     return out
 
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workload", default=DEFAULT_WORKLOAD)
     p.add_argument("--params", type=json.loads, default={}, help="the workload's parameters (JSON)")
+    p.add_argument("--tier", default="exact", help="an all-devices tier (its digests are computed on the CPU)")
     args = p.parse_args(argv)
-    print(json.dumps(compute(args.shapes, args.dtypes, args.seed, args.workload, args.params)))
+    print(json.dumps(compute(args.shapes, args.dtypes, args.seed, args.workload, args.params, args.tier)))
     return 0
 
 

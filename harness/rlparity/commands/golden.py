@@ -1,5 +1,6 @@
-"""`rlparity golden [--update]`: check, or rewrite, every committed golden digest of the exact tier (the shape
-sets axes.toml marks `golden = true`, each with its workload and parameters).
+"""`rlparity golden [--update]`: check, or rewrite, every committed golden digest of the all-devices tiers (exact;
+the shape sets axes.toml marks `golden = true`, each with its workload and parameters); `--record RESULTS` writes
+a per-target tier's (fast) from what its cells recorded on their target.
 
 The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/golden/exact/,
 written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
@@ -42,21 +43,28 @@ def cmd_golden(args: argparse.Namespace) -> int:
     unknown = [s for s in shape_sets if s not in axes.shapes]
     if unknown:
         raise ConfigError(f"unknown shape set(s) {', '.join(unknown)} (known: {', '.join(axes.shapes)})")
-    kernels = _kernel_digests(args.update)
-    entries = {}
-    for name in shape_sets:  # one subprocess per shape set: each set names its workload and parameters
-        w = axes.workloads[name]
-        entries.update(golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, w.name, w.params))
-    if args.update:
-        path = golden.update("exact", entries)
-        console.print(f"wrote {len(entries)} digests to {path}")
-        return kernels
-    table = golden.load("exact")
+    code = _kernel_digests(args.update)
+    # An all-devices tier's table is computed here, on the CPU; a per-target tier's comes from its cells (--record).
+    for tier in (name for name, t in axes.tiers.items() if t.scope == "all-devices"):
+        entries = {}
+        for name in shape_sets:  # one subprocess per shape set: each set names its workload and parameters
+            w = axes.workloads[name]
+            entries.update(golden.compute(list(axes.shapes[name]), args.dtypes, args.seed, w.name, w.params, tier))
+        code = max(code, _write_or_check(tier, entries, args.update))
+    return code
+
+
+def _write_or_check(tier: str, entries: dict[str, str], update: bool) -> int:
+    if update:
+        path = golden.update(tier, entries)
+        console.print(f"{tier}: wrote {len(entries)} digests to {path}")
+        return 0
+    table = golden.load(tier)
     wrong = {k: v for k, v in entries.items() if table.get(k) != v}
     for k in wrong:
         console.print(f"  [red]differs[/] {k}")
-    console.print(f"{len(entries) - len(wrong)}/{len(entries)} workload digests equal the committed ones")
-    return 1 if wrong or kernels else 0
+    console.print(f"{tier}: {len(entries) - len(wrong)}/{len(entries)} workload digests equal the committed ones")
+    return 1 if wrong else 0
 
 
 def _kernel_digests(update: bool) -> int:

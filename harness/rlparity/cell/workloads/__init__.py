@@ -24,8 +24,8 @@ from typing import Any
 ENTRY_POINT_GROUP = "rlparity.workloads"
 SUITE_DIR = Path(__file__).resolve().parents[1] / "suite"
 
-# (shape [B, T, V], dtype name, seed, params) -> {what: digest}, keyed by rlparity.golden.key's `what`.
-GoldenFn = Callable[[tuple[int, int, int], str, int, dict[str, Any]], dict[str, str]]
+# (shape [B, T, V], dtype name, seed, params, tier) -> {what: digest}, keyed by rlparity.golden.key's `what`.
+GoldenFn = Callable[[tuple[int, int, int], str, int, dict[str, Any], str], dict[str, str]]
 
 
 class WorkloadError(LookupError):

@@ -18,9 +18,9 @@ NEEDS = ("token_logprobs", "row_stats")
 def golden_for(workload: str) -> GoldenFn:
     """The training path's log-probs, gradient and row statistics on the CPU build, for one shape."""
 
-    def golden(shape: tuple[int, int, int], dtype: str, seed: int, params: dict[str, Any]) -> dict[str, str]:
+    def golden(shape: tuple[int, int, int], dtype: str, seed: int, params: dict[str, Any], tier: str) -> dict[str, str]:
         ep = build_episode(workload, *shape, dtype, seed)
-        lp, grad = training_logprobs(ep, logprob_fn("none"), "cpu")
+        lp, grad = training_logprobs(ep, logprob_fn("none", tier), "cpu")
         stats = rl_kernel.row_stats(ep.logits.reshape(-1, shape[2]))
         return {"logprobs": digest(lp), "grad": digest(grad), "stats": digest(stats)}
 

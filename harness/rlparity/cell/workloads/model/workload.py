@@ -14,13 +14,13 @@ from rlparity.cell.workloads import SUITE_DIR, Workload
 MODEL_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 0, "steps": 2, "micro": 3}
 
 
-def golden(shape: tuple[int, int, int], dtype: str, seed: int, params: dict[str, Any]) -> dict[str, str]:
+def golden(shape: tuple[int, int, int], dtype: str, seed: int, params: dict[str, Any], tier: str) -> dict[str, str]:
     """Every family's digests (sequences, rollout logits, first-step log-probs and weights) on the CPU."""
     from rlparity.cell.workloads import model as M
 
     out = {}
     for family in M.FAMILIES:
-        for what, d in M.golden_outputs(*M.rl_step(family, shape, dtype, seed, "cpu", **params)).items():
+        for what, d in M.golden_outputs(*M.rl_step(family, shape, dtype, seed, "cpu", tier, **params)).items():
             out[f"{family}/{what}"] = d
     return out
 
