@@ -65,7 +65,7 @@ class ModuleResult:
     count: int  # elements whose bits differ
     total: int
     max_abs: float
-    max_ulp: int
+    max_ulp: int  # in the output dtype's own ulps
     first_index: tuple[int, ...] | None = None
     a: torch.Tensor | None = field(default=None, repr=False, compare=False)  # with keep_tensors
     b: torch.Tensor | None = field(default=None, repr=False, compare=False)
@@ -269,6 +269,7 @@ def _compare(key: tuple[str, int], order: int, a: torch.Tensor, b: torch.Tensor,
         da, db = bitwise.digest(a), bitwise.digest(b)
     except TypeError as exc:  # no integer view (a complex output)
         return str(exc)
+    max_ulp = ulp_distance(a, b) if d.count else 0
     return ModuleResult(
         name=display(*key),
         order=order,
@@ -279,11 +280,21 @@ def _compare(key: tuple[str, int], order: int, a: torch.Tensor, b: torch.Tensor,
         count=d.count,
         total=d.total,
         max_abs=d.max_abs,
-        max_ulp=d.max_ulp,
+        max_ulp=max_ulp,
         first_index=d.first_index,
         a=a.cpu() if keep else None,
         b=b.cpu() if keep else None,
     )
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
+    """The largest distance in units in the last place of the outputs' own dtype (a bf16 output's ulp is bf16's,
+    not float32's as in bitwise.diff), over elements whose bits differ; integers: the largest |a - b|."""
+    ia, ib = (bitwise.int_view(t.detach().cpu()).to(torch.int64) for t in (a, b))
+    if a.dtype.is_floating_point:
+        low = -(2 ** (a.element_size() * 8 - 1))  # sign-magnitude bits to integers whose difference counts ulps
+        ia, ib = (torch.where(v < 0, low - v, v) for v in (ia, ib))
+    return int((ia - ib).abs().max())
 
 
 _INDEX = re.compile(r"^(\d+)(\.|#|$)")

@@ -24,8 +24,8 @@ pytest.importorskip("transformers")
 VOCAB, PROMPT, NEW = 97, 6, 4
 
 
-def model(tier: str, family: str = "qwen3", layers: int = 4) -> nn.Module:
-    return tiny_model(family, VOCAB, layers=layers, hidden=32, heads=4, tier=tier)
+def model(tier: str, family: str = "qwen3", layers: int = 4, dtype: str = "fp32") -> nn.Module:
+    return tiny_model(family, VOCAB, layers=layers, hidden=32, heads=4, tier=tier, dtype=dtype)
 
 
 def nudge_in_decode(module: nn.Module) -> None:
@@ -74,15 +74,16 @@ def test_the_stock_model_diverges_and_the_report_names_a_module():
     assert f"first divergent module: {first.name}" in text and report.to_dict()["first"]["name"] == first.name
 
 
-@pytest.mark.parametrize("family", ["qwen3", "llama"])
-def test_a_planted_decode_variant_layer_is_named_exactly(family):
-    m = model("exact", family)
+@pytest.mark.parametrize(("family", "dtype"), [("qwen3", "fp32"), ("llama", "fp32"), ("qwen3", "bf16")])
+def test_a_planted_decode_variant_layer_is_named_exactly(family, dtype):
+    m = model("exact", family, dtype=dtype)
     nudge_in_decode(m.model.layers[3].mlp.down_proj)
     ids, mask = sequences(3, PROMPT, NEW, VOCAB, seed=2)
     report = locate(m, ids, mask, NEW)
     first = report.first
     assert first is not None and first.name == "model.layers.3.mlp.down_proj", report.summary()
-    assert first.max_ulp == 1 and first.count == first.total  # every element moved by one ulp
+    assert first.max_ulp == 1 and first.count == first.total  # every element moved by one ulp (of its own dtype)
+    assert first.dtype == {"fp32": "float32", "bf16": "bfloat16"}[dtype]
     shares = report.layer_shares()
     assert [shares[f"model.layers.{i}"] for i in range(3)] == [0.0, 0.0, 0.0]
     assert shares["model.layers.3"] > 0 and report.layers[3].first == "model.layers.3.mlp.down_proj"
