@@ -38,6 +38,7 @@ import json
 import math
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -596,7 +597,7 @@ def parser() -> argparse.ArgumentParser:
         "--model",
         metavar="PKG.MODULE:FACTORY",
         help="a factory (no arguments) returning a model with Hugging Face's KV-cache calling convention, "
-        "or a tuple (run_a, run_b, model) for locate_paths",
+        "or a tuple (run_a, run_b, model[, locate_paths keyword arguments]) for locate_paths",
     )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     return p
@@ -611,9 +612,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.model:
             made = _factory(args.model)()
             if isinstance(made, tuple):
-                if len(made) != 3 or not isinstance(made[2], nn.Module):
-                    raise ValueError(f"--model {args.model}: a tuple must be (run_a, run_b, model)")
-                run = lambda: locate_paths(*made)  # noqa: E731
+                if len(made) not in (3, 4) or not isinstance(made[2], nn.Module):
+                    raise ValueError(f"--model {args.model}: a tuple must be (run_a, run_b, model[, kwargs])")
+                kwargs = made[3] if len(made) == 4 else {}
+                if not isinstance(kwargs, dict):
+                    raise ValueError(f"--model {args.model}: the tuple's 4th item is locate_paths' keyword arguments")
+                run = lambda: locate_paths(made[0], made[1], made[2], **kwargs)  # noqa: E731
             elif isinstance(made, nn.Module):
                 model = made.to(device).eval()
                 vocab = getattr(getattr(model, "config", None), "vocab_size", None) or args.vocab
@@ -629,7 +633,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"rl_kernel.locate: {exc}", file=sys.stderr)
         return 3
-    report = run()
+    try:
+        report = run()
+    except (ValueError, TypeError) as exc:  # a model the locator cannot take, or no comparable output
+        print(f"rl_kernel.locate: {exc}", file=sys.stderr)
+        return 3
+    except Exception:  # a crash is exit 2, never 1 (which says the paths differ)
+        traceback.print_exc()
+        return 2
     what = args.model or f"{args.family} {args.tier} {args.dtype} layers {args.layers} hidden {args.hidden}"
     report.context = {"model": what, **report.context}
     print(report.summary())

@@ -33,6 +33,28 @@ USER = textwrap.dedent(
             return torch.nextafter(out, torch.full_like(out, float("inf"))) if x.shape[1] == 1 else out
         proj.forward = nudged
         return model
+
+    class Scale(nn.Module):
+        def forward(self, x):  # batch-variant: one ulp up when the batch has more than one row
+            return torch.nextafter(x, torch.full_like(x, float("inf"))) if x.shape[0] > 1 else x
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Identity(), Scale(), nn.Identity()])
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return x
+
+    def paths():
+        net, x = Net(), torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+        return (lambda: net(x[:1]), lambda: net(x), net, {"view_b": lambda t: t[:1]})
+
+    def nothing_to_compare():
+        net = Net()
+        return (lambda: net(torch.ones(1, 2)), lambda: net(torch.ones(2, 3)), net)
     """
 )
 
@@ -67,6 +89,15 @@ def test_the_stock_model_differs_exit_1_and_the_report_names_the_module(tmp_path
     assert report["equal"] is False and report["first"]["max_ulp"] > 0
 
 
+def test_a_factory_of_two_callables_is_compared_with_locate_paths(tmp_path, monkeypatch, capsys):
+    (tmp_path / "user_pkg_locate.py").write_text(USER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    code, report = locate(tmp_path, "--model", "user_pkg_locate:paths")
+    assert code == gate.MISMATCH, capsys.readouterr().out
+    assert report["first"]["name"] == "blocks.1" and report["labels"] == ["a", "b"]
+    assert [m["name"] for m in report["modules"] if m["equal"]] == ["blocks.0"]
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -84,7 +115,12 @@ def test_bad_arguments_exit_3_before_any_subprocess(args, monkeypatch, capsys):
     assert exc.value.code == gate.CONFIG
 
 
-def test_a_factory_that_does_not_import_exits_3(tmp_path, capsys):
+def test_a_factory_that_does_not_import_or_gives_nothing_to_compare_exits_3(tmp_path, monkeypatch, capsys):
     code, report = locate(tmp_path, "--model", "no_such_module_here:factory")
     assert code == gate.CONFIG and report is None
     assert "no_such_module_here" in capsys.readouterr().out
+    (tmp_path / "user_pkg_locate.py").write_text(USER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    code, report = locate(tmp_path, "--model", "user_pkg_locate:nothing_to_compare")
+    assert code == gate.CONFIG and report is None  # not 1: no verdict without a comparison
+    assert "no module output could be compared" in capsys.readouterr().out

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--model",
         metavar="PKG.MODULE:FACTORY",
         help="a user's model: a factory returning the model (Hugging Face's KV-cache calling convention) "
-        "or (run_a, run_b, model) for two callables",
+        "or (run_a, run_b, model[, kwargs]) for two callables",
     )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     p.set_defaults(func=cmd_locate)
