@@ -381,10 +381,14 @@ def locate(
     *,
     keep_tensors: bool = False,
     layers: str | None = None,
+    scored: bool = False,
 ) -> Report:
     """Run the rollout path (prefill of input_ids[:, :S - new_tokens], then new_tokens decode steps over the KV
     cache) and the training path (one forward over input_ids) under forward hooks; compare every module's
-    output at the last new_tokens positions. `layers` names the decoder layer list (default: layer_list)."""
+    output at the last new_tokens positions (the decode positions). scored=True compares instead the positions
+    whose logits score the completion tokens, S - new - 1 .. S - 2: the prefill's last position, then the decode
+    steps but the last; the rollout's log-probs come from exactly these. `layers` names the decoder layer list
+    (default: layer_list)."""
     if input_ids.dim() != 2:
         raise ValueError(f"rl_kernel.locate: input_ids must be [batch, seq], got {tuple(input_ids.shape)}")
     batch, seq = input_ids.shape
@@ -411,17 +415,24 @@ def locate(
             return f"no sequence dim at 1 in a decode step (output {tuple(t.shape)})"
         return t.clone()
 
+    def prefill_capture(t: torch.Tensor) -> torch.Tensor | str:
+        if t.dim() < 2 or t.shape[0] != batch or t.shape[1] != prompt:
+            return f"no sequence dim at 1 in the prefill (output {tuple(t.shape)})"
+        return t[:, -1:].clone()
+
+    lo, hi = (prompt - 1, seq - 1) if scored else (prompt, seq)  # the compared positions
+
     def train_capture(t: torch.Tensor) -> torch.Tensor | str:
         if t.dim() < 2 or t.shape[0] != batch or t.shape[1] != seq:
             return f"no sequence dim at 1 in the forward (output {tuple(t.shape)})"
-        return t[:, prompt:].clone()
+        return t[:, lo:hi].clone()
 
     with torch.no_grad(), Recorder(model) as rec:
-        rec.start(None)
+        rec.start(prefill_capture if scored else None)
         cache = _cache_of(call(0, prompt, use_cache=True))
         if cache is None:
             raise TypeError(f"rl_kernel.locate: {type(model).__name__} returned no cache with use_cache=True")
-        for t in range(prompt, seq):
+        for t in range(prompt, hi):
             rec.start(decode_capture)
             cache = _cache_of(call(t, t + 1, use_cache=True, **{cache_key: cache}))
         rec.start(train_capture)
@@ -432,13 +443,14 @@ def locate(
         parts = [s.get(key) for s in steps]
         why = next((p for p in parts if isinstance(p, str)), None)
         if why is not None or any(p is None for p in parts):
-            rollout[key] = why or "not called in every decode step"
+            rollout[key] = why or "not called in every step of the rollout"
         else:
             rollout[key] = torch.cat(parts, dim=1)  # type: ignore[arg-type]
     modules, skipped = _join(rollout, training, keep_tensors, LABELS)
     if not modules:
         raise ValueError("rl_kernel.locate: no module output could be compared (no [batch, seq, ...] outputs)")
-    context = {"batch": batch, "prompt": prompt, "new": new_tokens, "device": str(input_ids.device)}
+    context = {"batch": batch, "prompt": prompt, "new": new_tokens, "positions": f"{lo}..{hi - 1}",
+               "device": str(input_ids.device)}  # fmt: skip
     return Report(LABELS, modules, skipped, _layers(modules, layers or layer_list(model)), context)
 
 
@@ -599,6 +611,12 @@ def parser() -> argparse.ArgumentParser:
         help="a factory (no arguments) returning a model with Hugging Face's KV-cache calling convention, "
         "or a tuple (run_a, run_b, model[, locate_paths keyword arguments]) for locate_paths",
     )
+    p.add_argument(
+        "--scored",
+        action="store_true",
+        help="compare the positions whose logits score the completion (the prefill's last, then the decode steps "
+        "but the last) instead of the decode positions",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     return p
 
@@ -622,14 +640,14 @@ def main(argv: list[str] | None = None) -> int:
                 model = made.to(device).eval()
                 vocab = getattr(getattr(model, "config", None), "vocab_size", None) or args.vocab
                 ids, mask = sequences(args.batch, args.prompt, args.new, vocab, args.seed)
-                run = lambda: locate(model, ids.to(device), mask.to(device), args.new)  # noqa: E731
+                run = lambda: locate(model, ids.to(device), mask.to(device), args.new, scored=args.scored)  # noqa: E731
             else:
                 raise ValueError(f"--model {args.model} returned {type(made).__name__}, not a model or a tuple")
         else:
             model = tiny_model(args.family, args.vocab, args.layers, args.hidden, args.heads, dtype=args.dtype,
                                seed=args.seed, device=args.device, tier=args.tier)  # fmt: skip
             ids, mask = sequences(args.batch, args.prompt, args.new, args.vocab, args.seed)
-            run = lambda: locate(model, ids.to(device), mask.to(device), args.new)  # noqa: E731
+            run = lambda: locate(model, ids.to(device), mask.to(device), args.new, scored=args.scored)  # noqa: E731
     except (ValueError, TypeError, RuntimeError) as exc:
         print(f"rl_kernel.locate: {exc}", file=sys.stderr)
         return 3

@@ -91,6 +91,26 @@ def test_a_planted_decode_variant_layer_is_named_exactly(family, dtype):
     assert d["first"]["name"] == "model.layers.3.mlp.down_proj" and d["equal"] is False
 
 
+def test_a_prefill_only_divergence_is_seen_at_the_scored_positions():
+    """Layer 3 (the last) one ulp up in the prefill only: its output reaches no later layer's cache, so the decode
+    positions agree; the positions that score the completion (the prefill's last among them) name it."""
+    m = model("exact")
+    ids, mask = sequences(3, PROMPT, NEW, VOCAB, seed=2)
+    proj = m.model.layers[3].mlp.down_proj
+    forward = proj.forward
+
+    def nudged(self, x):
+        out = forward(x)
+        return torch.nextafter(out, torch.full_like(out, float("inf"))) if x.shape[1] == PROMPT else out
+
+    proj.forward = types.MethodType(nudged, proj)
+    assert locate(m, ids, mask, NEW).equal
+    report = locate(m, ids, mask, NEW, scored=True)
+    assert report.first is not None and report.first.name == "model.layers.3.mlp.down_proj", report.summary()
+    assert report.first.shape == (3, NEW, 32) and report.first.count == 3 * 32  # the prefill's position only
+    assert report.context["positions"] == f"{PROMPT - 1}..{PROMPT + NEW - 2}"
+
+
 # ---- a user's own model class, without a KV cache ------------------------------------------------------
 class Block(nn.Module):
     def __init__(self, width: int, g: torch.Generator, batch_variant: bool = False) -> None:

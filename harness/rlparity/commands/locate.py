@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a user's model: a factory returning the model (Hugging Face's KV-cache calling convention) "
         "or (run_a, run_b, model[, kwargs]) for two callables",
     )
+    p.add_argument(
+        "--scored",
+        action="store_true",
+        help="compare the positions whose logits score the completion (the prefill's last, then the decode steps "
+        "but the last) instead of the decode positions",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     p.set_defaults(func=cmd_locate)
 
@@ -66,7 +72,7 @@ def argv(args: argparse.Namespace) -> list[str]:
         value = getattr(args, name)
         if value is not None:
             out += [f"--{name}", str(value)]
-    return out
+    return out + (["--scored"] if args.scored else [])
 
 
 def cmd_locate(args: argparse.Namespace) -> int:

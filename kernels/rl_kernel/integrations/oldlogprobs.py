@@ -102,7 +102,7 @@ def mismatch_message(
     from rl_kernel.locate import locate
 
     try:
-        report = locate(model, input_ids, attention_mask, new_tokens)
+        report = locate(model, input_ids, attention_mask, new_tokens, scored=True)  # the positions that score tokens
     except (TypeError, ValueError, RuntimeError) as exc:
         return f"{text}; the locator could not run: {exc}"
     first = report.first
