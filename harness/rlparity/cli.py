@@ -37,7 +37,7 @@ except ModuleNotFoundError as exc:
     )
     raise SystemExit(4) from exc
 
-ORDER = ("run", "compare", "env", "selftest", "golden", "images", "report")  # the help lists them so
+ORDER = ("run", "compare", "env", "selftest", "golden", "images", "report", "locate")  # the help lists them so
 
 
 class _Parser(argparse.ArgumentParser):

@@ -14,7 +14,7 @@ def subcommands() -> list[str]:
 
 
 def test_every_subcommand_in_its_order():
-    assert subcommands() == ["run", "compare", "env", "selftest", "golden", "images", "report"]
+    assert subcommands() == ["run", "compare", "env", "selftest", "golden", "images", "report", "locate"]
 
 
 def test_a_module_dropped_into_commands_is_a_subcommand(tmp_path, monkeypatch):
