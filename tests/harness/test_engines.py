@@ -116,9 +116,10 @@ def test_patched_engine_passes_and_stock_is_informational_with_mismatch_metrics(
     assert m["tokens"] == 24 and m["max_abs_dlogp"] > 0 and m["mean_abs_dlogp"] > 0 and m["k3_kl"] >= 0
     assert 0 <= m["clipped_share"] <= 1
     assert sum(v for k, v in m.items() if k.startswith("hist_dlogp/")) == 24 and m["hist_dlogp/eq_0"] < 24
-    assert stock["digests"]["engines:hf-stock:4x6x256/rollout logprobs"] != stock["digests"][
-        "engines:hf-stock:4x6x256/train logprobs"
-    ]
+    assert (
+        stock["digests"]["engines:hf-stock:4x6x256/rollout logprobs"]
+        != stock["digests"]["engines:hf-stock:4x6x256/train logprobs"]
+    )
 
 
 def test_a_batch_variant_engine_fails_the_gate(site, tmp_path):
