@@ -7,6 +7,8 @@ forward computes for the same completions, bit for bit, and two runs give identi
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -110,6 +112,14 @@ def run(tmp_path, patched: bool) -> dict:
     return seen
 
 
+def as_trl_applies(fn):
+    """TRL's selective_log_softmax as its trainer applies the temperature: 1.16's takes it, 1.10's trainer divides
+    the logits by it first."""
+    if "temperature" in inspect.signature(fn).parameters:
+        return lambda logits, ids, t: fn(logits, ids, t)
+    return lambda logits, ids, t: fn(logits / t, ids)
+
+
 def rollout_vs_train(seen: dict, log_softmax) -> tuple[torch.Tensor, torch.Tensor]:
     """The rollout's log-probs (generate()'s logits / temperature, log_softmax: TRL's function) and the training
     forward's, at every completion token the loss saw, matched row by row through the token ids."""
@@ -117,7 +127,7 @@ def rollout_vs_train(seen: dict, log_softmax) -> tuple[torch.Tensor, torch.Tenso
     rows = {}
     for seqs, logits in seen["generate"]:
         new = logits.shape[1]
-        lp = log_softmax(logits, seqs[:, -new:], TEMPERATURE)
+        lp = as_trl_applies(log_softmax)(logits, seqs[:, -new:], TEMPERATURE)
         for b in range(seqs.shape[0]):
             rows.setdefault(tuple(seqs[b].tolist()), (lp[b], new))
     for ids, mask, keep, logps in seen["train"]:

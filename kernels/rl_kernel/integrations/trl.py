@@ -23,8 +23,9 @@ place of TRL's own so that TRL code and user code calling `trl.trainer.utils.sel
     trainer = ExactGRPOTrainer(model=model, reward_funcs=..., args=GRPOConfig(...), ...)
 
 Text-only dense models (no images, no MoE aux loss): anything else raises NotImplementedError rather than
-silently falling back. Tested with TRL 1.16.0 (transformers 5.24, accelerate 1.16, torch 2.13, CPU) at its
-defaults: bf16 autocast and gradient checkpointing on (tests/integrations/test_trl.py).
+silently falling back. Tested with TRL 1.10.0 and 1.16.0 (transformers 5.24, accelerate 1.16, datasets 5.2, torch
+2.13, CPU) at TRL's defaults: bf16 autocast and gradient checkpointing on (tests/integrations/test_trl.py). TRL 1.10
+still scores logits (`logits / self.temperature`, selective_log_softmax of two arguments); the override is the same.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import torch
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.ops.softmax import entropy, token_logprobs
 
-TESTED = ("1.16.0",)  # TRL versions tests/integrations/test_trl.py ran against
+TESTED = ("1.10.0", "1.16.0")  # TRL versions tests/integrations/test_trl.py passed with (the range's two ends)
 
 
 def selective_log_softmax(
