@@ -63,6 +63,7 @@ class Cell:
     shape_list: tuple[tuple[int, int, int], ...] = ()
     workload: str = DEFAULT_WORKLOAD  # what runs each shape (plain, edges, model, or a package's own)
     params: dict[str, Any] = field(default_factory=dict)  # the workload's parameters (matrix [shapes.NAME] params)
+    params_where: str = ""  # "FILE:LINE" of those params: a cell that finds them bad names the place (exit 3)
     tier_scope: str = "all-devices"  # "per-target": digests are compared within one target only
     timeout_s: float = 300.0
     repeats: int = 3

@@ -2,7 +2,9 @@
 
 0 every required cell passed; 1 a bitwise mismatch (in a required cell, or two required cells that must
 agree gave different digests); 2 a required cell errored (crash, timeout, OOM, lost container), or with
---strict could not run; 3 bad configuration (raised before any cell runs); 4 an environment problem: no
+--strict could not run; 3 bad configuration (raised before any cell runs, or found by a cell: an engine's import
+string that does not resolve, an engine's return of the wrong keys or shape; CellResult.config_error, which wins
+over every other outcome since nothing such a cell compared means anything); 4 an environment problem: no
 Docker engine, an image or device missing, or fewer cells ran than --min-ran asks (a run in which nothing
 ran is not a pass). Informational cells never change the exit code.
 """
@@ -60,6 +62,9 @@ def too_few_ran(all_results: list[CellResult], min_ran: int) -> list[str]:
 
 
 def decide(all_results: list[CellResult], strict: bool = False, min_ran: int = 1) -> Verdict:
+    config = [f"{r.cell.id}: {r.config_error}" for r in all_results if r.config_error]
+    if config:  # informational cells too: a bad matrix entry is the user's to fix wherever it is
+        return Verdict(CONFIG, tuple(config))
     required = [r for r in all_results if r.cell.required]
     mismatched = [f"{r.cell.id}: {r.reason}" for r in required if r.status == "failed"]
     mismatched += digest_disagreements(all_results)

@@ -170,7 +170,10 @@ def load_shapes(f: TomlFile) -> tuple[dict[str, tuple[tuple[int, int, int], ...]
         if not isinstance(workload, str) or not workload.replace("-", "_").isidentifier():
             raise f.error(f"a workload is named by an identifier, got {workload!r}", table, "workload")
         params = f.typed(s, "params", dict, table) if "params" in s else {}
-        where = (f.path, f.line_of(table, "params" if params else None))
+        line = f.line_of(table, "params" if params else None)
+        if params and line is None:  # params as their own table, [shapes.NAME.params]
+            line = f.line_of(f"{table}.params")
+        where = (f.path, line)
         workloads[name] = Workload(
             workload, dict(params), where, bool(f.typed(s, "golden", bool, table)) if "golden" in s else False
         )
@@ -328,11 +331,20 @@ def _make_cell(p: dict[str, str], axes: Axes, backend: str, timeout: float, repe
         shape_list=axes.shapes[p["shapes"]],
         workload=workload.name,
         params=workload.params,
+        params_where=_where(workload),
         tier_scope=axes.tiers[p["tier"]].scope,
         timeout_s=timeout,
         repeats=repeats,
         seed=seed,
     )
+
+
+def _where(workload: Workload) -> str:
+    """FILE:LINE of a shape set's params (FILE alone when the line is unknown; "" for a default set)."""
+    if workload.where is None:
+        return ""
+    path, line = workload.where
+    return f"{path}:{line}" if line else str(path)
 
 
 def check_workload_params(axes: Axes, offered: dict[str, list[str]] | None) -> None:

@@ -34,6 +34,8 @@ class CellResult:
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)  # informational figures (the stock model's drift)
+    info: dict[str, Any] = field(default_factory=dict)  # plain data a suite records (a user's package versions)
+    config_error: str = ""  # the cell found its configuration bad ("FILE:LINE: KEY: why"): the gate's exit 3
     output_tail: str = ""
     started: str = ""
     finished: str = ""

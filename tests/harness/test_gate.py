@@ -99,3 +99,17 @@ def test_digest_disagreement_ignores_optional_variant_and_errored_cells():
     variant = make_result(make_cell("gfx942"), digests={"x/grad": D2}, variant="no-fixed-order")
     errored = make_result(make_cell("gfx90a"), "error", digests={"x/grad": D2})
     assert gate.digest_disagreements([a, optional, variant, errored]) == []
+
+
+def test_gate_a_cells_configuration_error_is_exit_3_and_wins():
+    """A cell that found its configuration bad (an engine's import string, its return) makes the run exit 3 naming
+    the file, line and key, over a mismatch elsewhere, and whether or not the cell is required."""
+    where = "m.toml:12: shapes.e.params.rollout: no module named 'nope'"
+    for required in (True, False):
+        bad = make_result(make_cell("gfx942", required=required), "error", reason="configuration", config_error=where)
+        mismatch = make_result(make_cell(), "failed", reason="bitwise mismatch in x")
+        v = gate.decide([mismatch, bad])
+        assert v.code == gate.CONFIG == 3
+        assert v.reasons == (f"{bad.cell.id}: {where}",)
+    plain_error = make_result(make_cell("gfx942"), "error", reason="configuration-ish but not flagged")
+    assert gate.decide([make_result(make_cell()), plain_error]).code == gate.ERROR

@@ -234,3 +234,20 @@ def test_the_factories_tier_scopes_are_axes_tomls():
     from harness.factories import _SCOPE
 
     assert {name: tier.scope for name, tier in load_axes().tiers.items()} == _SCOPE
+
+
+def test_a_cell_knows_where_its_params_are_written(tmp_path):
+    """Cell.params_where is FILE:LINE of its shape set's params (inline or a [shapes.NAME.params] table): what a cell
+    that finds them bad (an engine's import string) names for the gate's exit 3."""
+    tail = (
+        '[shapes.inl]\nworkload = "engines"\nparams = { rollout = "a:b" }\nshapes = [[1, 2, 3]]\n\n'
+        '[shapes.tab]\nworkload = "engines"\nshapes = [[1, 2, 3]]\n\n[shapes.tab.params]\nrollout = "a:b"\n'
+    )
+    axes = {**BASE_AXES, "target": '["cpu"]', "shapes": '["inl", "tab", "smoke"]'}
+    path = write(tmp_path, matrix_text(axes=axes, tail=tail))
+    lines = path.read_text().splitlines()
+    where = {c.shapes: c.params_where for c in load_matrix(str(path)).cells}
+    inline = lines.index('params = { rollout = "a:b" }') + 1
+    assert where["inl"] == f"{path}:{inline}"
+    assert where["tab"] == f"{path}:{lines.index('[shapes.tab.params]') + 1}"
+    assert where["smoke"].startswith(str(MATRICES / "axes.toml"))

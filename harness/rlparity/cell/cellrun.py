@@ -1,6 +1,7 @@
 """Inside a cell: `python -m rlparity.cell.cellrun CELL_JSON OUT_DIR`, in a fresh process whose env the backend
 set before python started. Fingerprints the environment, runs the bitwise suite (pytest, --junitxml) and
-writes result.json. Exit code: 0 passed or skipped, 1 a bitwise mismatch, 2 the cell errored.
+writes result.json. Exit code: 0 passed or skipped, 1 a bitwise mismatch, 2 the cell errored (a configuration
+error the suite found, Recorder.config_error, is an error whose result.json names it: the gate's exit 3).
 """
 
 from __future__ import annotations
@@ -72,7 +73,9 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
     rec = plugin.recorder
     comparisons = [c.to_dict() for c in rec.comparisons]
     mismatch = next((c for c in comparisons if not c["equal"] and not c["informational"]), None)
-    if code == pytest.ExitCode.OK:
+    if rec.config_errors:
+        status, why = "error", f"configuration: {rec.config_errors[0]}"
+    elif code == pytest.ExitCode.OK:
         status, why = "passed", ""
     elif code == pytest.ExitCode.TESTS_FAILED and mismatch is not None:
         status, why = "failed", f"bitwise mismatch in {mismatch['name']}"
@@ -88,6 +91,8 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         fingerprint_hash=fp_hash,
         digests=rec.digests,
         metrics=rec.metrics,
+        info=rec.info,
+        config_error=rec.config_errors[0] if rec.config_errors else "",
         comparisons=comparisons,
         timings={"wall_s": round(time.monotonic() - t0, 3), "tests": outcomes.durations},
         started=started,

@@ -134,7 +134,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     print_table(all_results, verbose=args.verbose)
     for reason in verdict.reasons:
         console.print(f"  [red]-[/] {reason}")
-    label = {0: "[green]PASS[/]", 1: "[red]MISMATCH[/]", 2: "[magenta]ERROR[/]", 4: "[red]TOO FEW RAN[/]"}[verdict.code]
+    label = {0: "[green]PASS[/]", 1: "[red]MISMATCH[/]", 2: "[magenta]ERROR[/]", 3: "[red]CONFIGURATION[/]",
+             4: "[red]TOO FEW RAN[/]"}[verdict.code]  # fmt: skip
     console.print(f"gate: {label} (exit {verdict.code}); junit: {junit}")
     return verdict.code
 

@@ -41,7 +41,11 @@ class Recorder:
     comparisons: list[Comparison] = field(default_factory=list)
     digests: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)  # plain data for result.json (a user's package versions)
+    config_errors: list[str] = field(default_factory=list)
     current_test: str = ""
+    params_where: str = ""  # the cell's "FILE:LINE" of its shape set's params
+    params_key: str = ""  # "shapes.NAME.params"
 
     def compare(self, name: str, a: torch.Tensor, b: torch.Tensor, informational: bool = False):
         d = diff(a, b)
@@ -78,6 +82,14 @@ class Recorder:
         self.digests[name] = digest(t)
         return self.digests[name]
 
+    def config_error(self, key: str, message: str) -> None:
+        """The cell's configuration is bad (a parameter `key` of its shape set: an import string that does not
+        resolve, an engine that returns the wrong thing): fails the test and the cell reports it as a configuration
+        error at the matrix file and line, which the gate turns into exit 3."""
+        where = ": ".join(p for p in (self.params_where, f"{self.params_key}.{key}") if p)
+        self.config_errors.append(f"{where}: {message}")
+        pytest.fail(f"configuration: {self.config_errors[-1]}", pytrace=False)
+
 
 class SuitePlugin:
     def __init__(self, cell: Cell, control: str = "none", params: dict[str, Any] | None = None) -> None:
@@ -85,7 +97,7 @@ class SuitePlugin:
         self._cell = cell
         self._control = control
         self._params = dict(params or {})
-        self.recorder = Recorder()
+        self.recorder = Recorder(params_where=cell.params_where, params_key=f"shapes.{cell.shapes}.params")
 
     @pytest.fixture
     def cell(self) -> Cell:

@@ -1,0 +1,172 @@
+"""TRL's GRPOTrainer (rl_kernel.integrations.trl) on a tiny random Qwen3 built from a config, one step on the CPU at
+TRL's defaults (bf16 autocast, gradient checkpointing): patched, the rollout's per-token log-probs (generate()'s
+logits, the trainer's temperature, TRL's selective_log_softmax as installed) equal the log-probs the training
+forward computes for the same completions, bit for bit, and two runs give identical weights; stock GRPOTrainer
+(its fused LM head) differs, and the test says by how much. Skipped where TRL is not installed
+(requirements-trl.txt)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+trl = pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+tokenizers = pytest.importorskip("tokenizers")
+
+from rl_kernel.bitwise import bits_equal, diff  # noqa: E402
+from rl_kernel.integrations import transformers as rl_hf  # noqa: E402
+from rl_kernel.integrations import trl as rl_trl  # noqa: E402
+
+VOCAB, PAD, UNK, EOS = 96, 0, 1, 2
+PROMPTS, GENERATIONS, BATCH, NEW = 8, 4, 8, 6  # one step: 2 prompts x 4 completions of <= 6 tokens
+TRL_OWN = trl.trainer.utils.selective_log_softmax
+TEMPERATURE = 0.7  # not 1: the division is on the path
+
+
+def tokenizer():
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="t1"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    out = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0", unk_token="t1", eos_token="t2")
+    out.padding_side = "left"
+    return out
+
+
+def model(seed: int = 0):
+    config = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, pad_token_id=PAD, eos_token_id=EOS,
+        bos_token_id=None, use_sliding_window=False,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    m = transformers.AutoModelForCausalLM.from_config(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(m.named_parameters()):
+            w = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.1 * w if name.endswith("norm.weight") else w * p.shape[-1] ** -0.5 if p.dim() == 2 else w)
+    return m
+
+
+def dataset():
+    g = torch.Generator().manual_seed(5)
+    prompts = []
+    for i in range(PROMPTS):
+        n = 2 + i % 5
+        prompts.append(" ".join(f"t{int(t)}" for t in torch.randint(3, VOCAB, (n,), generator=g)))
+    # (an explicit fingerprint: datasets 5.2 cannot hash pyarrow 26's tables with dill)
+    return datasets.Dataset(datasets.table.InMemoryTable.from_pydict({"prompt": prompts}), fingerprint="prompts")
+
+
+def reward(completions, **_):
+    return [float(len(c)) / 10 for c in completions]
+
+
+@pytest.fixture(autouse=True)
+def _trl_as_shipped():
+    yield
+    rl_trl.uninstall()
+    assert trl.trainer.utils.selective_log_softmax is TRL_OWN
+
+
+def run(tmp_path, patched: bool) -> dict:
+    """One GRPO step; what generate() and the training forward saw, and the weights after."""
+    if patched:
+        rl_trl.install()
+    base = rl_trl.ExactGRPOTrainer if patched else trl.GRPOTrainer
+    seen: dict = {"generate": [], "train": []}
+
+    class Recording(base):
+        def _get_per_token_logps_and_entropies(self, mdl, input_ids, attention_mask, logits_to_keep, *a, **kw):
+            out = super()._get_per_token_logps_and_entropies(mdl, input_ids, attention_mask, logits_to_keep, *a, **kw)
+            if torch.is_grad_enabled():  # the loss's forward
+                seen["train"].append((input_ids.detach().clone(), attention_mask.clone(), logits_to_keep,
+                                      out[0].detach().clone()))  # fmt: skip
+            return out
+
+    m = model()
+    if patched:
+        m = rl_hf.patch(m, tier="exact")
+    original = m.generate
+
+    def generate(*args, **kwargs):
+        out = original(*args, **kwargs, output_logits=True, return_dict_in_generate=True)
+        seen["generate"].append((out.sequences.clone(), torch.stack(out.logits, 1).clone()))
+        return out.sequences
+
+    m.generate = generate
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / f"out-{patched}"), per_device_train_batch_size=BATCH,
+        num_generations=GENERATIONS, max_completion_length=NEW, max_steps=1, temperature=TEMPERATURE,
+        learning_rate=1e-3, report_to="none", save_strategy="no", use_cpu=True, seed=0, logging_steps=1,
+    )  # fmt: skip
+    trainer = Recording(model=m, reward_funcs=reward, args=args, train_dataset=dataset(), processing_class=tokenizer())
+    trainer.train()
+    seen["args"], seen["mixed_precision"] = args, trainer.accelerator.mixed_precision
+    seen["checkpointing"] = m.is_gradient_checkpointing
+    seen["weights"] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    return seen
+
+
+def as_trl_applies(fn):
+    """TRL's selective_log_softmax as its trainer applies the temperature: 1.16's takes it, 1.10's trainer divides
+    the logits by it first."""
+    if "temperature" in inspect.signature(fn).parameters:
+        return lambda logits, ids, t: fn(logits, ids, t)
+    return lambda logits, ids, t: fn(logits / t, ids)
+
+
+def rollout_vs_train(seen: dict, log_softmax) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rollout's log-probs (generate()'s logits / temperature, log_softmax: TRL's function) and the training
+    forward's, at every completion token the loss saw, matched row by row through the token ids."""
+    rollout, train = [], []
+    rows = {}
+    for seqs, logits in seen["generate"]:
+        new = logits.shape[1]
+        lp = as_trl_applies(log_softmax)(logits, seqs[:, -new:], TEMPERATURE)
+        for b in range(seqs.shape[0]):
+            rows.setdefault(tuple(seqs[b].tolist()), (lp[b], new))
+    for ids, mask, keep, logps in seen["train"]:
+        for b in range(ids.shape[0]):
+            valid = mask[b, -keep:].bool()
+            key = next(k for k in rows if _same(k, ids[b], mask[b]))
+            lp, new = rows[key]
+            rollout.append(lp[:keep][valid])
+            train.append(logps[b][valid])
+    return torch.cat(rollout), torch.cat(train)
+
+
+def _same(gen_row: tuple, ids: torch.Tensor, mask: torch.Tensor) -> bool:
+    """A generated row (prompt left padded, completion padded after EOS) is the training row's tokens under its mask."""
+    want = ids[mask.bool()].tolist()
+    got = [t for t in gen_row if t != PAD]
+    return got[: len(want)] == want and all(t in (PAD, EOS) for t in got[len(want) :])
+
+
+def test_exact_grpo_trainer_rollout_equals_training_and_runs_repeat(tmp_path):
+    first = run(tmp_path / "a", patched=True)
+    assert first["args"].bf16 and first["args"].gradient_checkpointing  # TRL's defaults, kept
+    rollout, train = rollout_vs_train(first, trl.trainer.utils.selective_log_softmax)
+    assert trl.trainer.utils.selective_log_softmax is rl_trl.selective_log_softmax
+    assert rollout.numel() >= BATCH
+    d = diff(rollout, train)
+    assert d.equal, d.summary()
+    again = run(tmp_path / "b", patched=True)
+    differ = [k for k in first["weights"] if not bits_equal(first["weights"][k], again["weights"][k])]
+    assert not differ, differ
+    moved = model().state_dict()
+    assert any(not bits_equal(moved[k], first["weights"][k]) for k in moved)  # the step changed the weights
+
+
+def test_stock_grpo_trainer_differs(tmp_path):
+    seen = run(tmp_path, patched=False)
+    assert trl.trainer.utils.selective_log_softmax is TRL_OWN
+    rollout, train = rollout_vs_train(seen, TRL_OWN)
+    d = diff(rollout, train)
+    print(f"{rollout.numel()} tokens, mixed precision {seen['mixed_precision']}, checkpointing {seen['checkpointing']}")
+    print(f"stock TRL {trl.__version__}: {d.summary()}, max |dlogp| {float((rollout - train).abs().max()):.3g}")
+    assert not d.equal, "the stock control must show the mismatch the adapter removes"
