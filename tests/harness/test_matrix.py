@@ -82,7 +82,15 @@ def test_quick_local_count_by_hand():
     # on `split`, plus the fp16 include; gfx1201 (4 profiles x 2 dtypes) informational.
     # edges shapes: 7 targets x 3 dtypes, baseline and single only (gfx1201's 3 informational); the model
     # shapes alike.
-    everything = load_matrix("quick").cells
+    # fast tier: 7 targets x (quick bf16, model bf16 and fp16), baseline and single; cpu's and gfx1201's
+    # informational (the cpu ones are skipped: no GPU).
+    every = load_matrix("quick").cells
+    fast = [c for c in every if c.tier == "fast"]
+    assert len(fast) == 7 * 3 and {(c.shapes, c.dtype) for c in fast} == {("quick", "bf16"), ("model", "bf16"),
+                                                                         ("model", "fp16")}  # fmt: skip
+    assert {c.target for c in fast if not c.required} == {"cpu", "gfx1201"} and sum(not c.required for c in fast) == 6
+    assert {(c.profile, c.placement) for c in fast} == {("baseline", "single")}
+    everything = [c for c in every if c.tier == "exact"]
     cells = [c for c in everything if c.shapes == "quick"]
     assert len(cells) == 22 * 2 + 2 * 2 + 1
     assert sum(not c.required for c in cells) == 8
@@ -113,8 +121,10 @@ def test_cells_carry_matrix_settings_and_profile_env():
 
 def test_nightly_informational_rules():
     cells = load_matrix("nightly").cells
-    assert all(not c.required for c in cells if c.tier == "fast" or c.target == "gfx1201")
-    assert all(c.required for c in cells if c.tier == "exact" and c.target != "gfx1201")
+    informational = [c for c in cells if (c.tier == "fast" and c.target == "cpu") or c.target == "gfx1201"]
+    assert informational and not [c for c in informational if c.required]
+    assert all(c.required for c in cells if c not in informational)
+    assert not [c for c in cells if c.tier == "fast" and (c.dtype == "fp32" or c.placement == "split")]
     assert not [c for c in cells if c.target == "cpu" and c.placement == "dual-die"]
 
 
