@@ -25,6 +25,7 @@ def cell_properties(res: CellResult) -> dict[str, str]:
         "max_abs_diff": str(res.max_abs),
         "max_ulp": str(res.max_ulp),
         "mismatches": str(res.mismatches),
+        **{f"mismatch_{k}": f"{v:.6g}" for k, v in res.mismatch.items() if "/" not in k},
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +21,10 @@ RESULT_FILE = "result.json"
 JUNIT_FILE = "junit.xml"
 LOG_FILE = "output.log"
 CELL_FILE = "cell.json"
+
+# The names rlparity.cell.mismatch gives its metrics (a cell records them as "<what> <metric>").
+MISMATCH_METRICS = ("tokens", "mean_abs_dlogp", "max_abs_dlogp", "k3_kl", "clipped_share")
+HIST_PREFIX = "hist_dlogp/"
 
 
 @dataclass
@@ -77,6 +82,20 @@ class CellResult:
     def first_mismatch(self) -> dict[str, Any] | None:
         bad = next((c for c in self.gated if not c["equal"]), None)
         return None if bad is None else {"comparison": bad["name"], "index": bad["first_index"]}
+
+    @property
+    def mismatch(self) -> dict[str, float]:
+        """The rollout/training mismatch metrics the cell recorded (rlparity.cell.mismatch names, each metric
+        name "<what> <metric>"), over everything it compared that was not bitwise: mean |dlogp| averaged, the
+        maxima and the clipped share at their largest, the |dlogp| histogram bins added. {} when none."""
+        by: dict[str, list[float]] = defaultdict(list)
+        for name, value in self.metrics.items():
+            metric = name.rsplit(" ", 1)[-1]
+            if metric in MISMATCH_METRICS or metric.startswith(HIST_PREFIX):
+                by[metric].append(float(value))
+        out = {k: (sum(v) / len(v) if k == "mean_abs_dlogp" else sum(v) if k.startswith(HIST_PREFIX) or k == "tokens"
+                   else max(v)) for k, v in by.items()}  # fmt: skip
+        return dict(sorted(out.items()))
 
     @property
     def stock_differ(self) -> tuple[int, int]:

@@ -39,7 +39,7 @@ def order(nights: Sequence[Night]) -> tuple[list[Night], str]:
 
 
 def count(entries: Sequence[Entry], target: str) -> NightCount:
-    """One target's cells on one night: passed, failed (or error), the stock drift fraction."""
+    """One target's cells on one night: passed, failed (or error), the stock drift fraction, the largest k3 KL."""
     mine = [e for e in entries if e.result.cell.target == target]
     stock = stock_drift(mine)  # one row (this target) when a stock comparison ran
     return NightCount(
@@ -47,6 +47,7 @@ def count(entries: Sequence[Entry], target: str) -> NightCount:
         passed=sum(e.status == "passed" for e in mine),
         failed=sum(e.status in FAILING for e in mine),
         stock=stock[0].fraction if stock else None,
+        k3=max((e.result.mismatch["k3_kl"] for e in mine if "k3_kl" in e.result.mismatch), default=None),
     )
 
 

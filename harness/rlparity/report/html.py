@@ -94,7 +94,7 @@ def _plots(plots: dict[str, bytes]) -> list[str]:
 def render_html(rep: Report, plots: dict[str, bytes] | None = None) -> str:
     parts = _head(rep) + _totals(rep) + _plots(plots or {})
     parts += _section(sections.failures(rep, full=True))
-    for sec in [*sections.comparisons(rep, full=True), *sections.history(rep)]:
+    for sec in [*sections.comparisons(rep, full=True), sections.mismatch(rep), *sections.history(rep)]:
         parts += _section(sec)
     every = sections.cells("All cells", rep.entries)
     parts += [f"<h2>{_h(every.title)}</h2>", table(every.header, every.rows, every.code), "</body></html>"]

@@ -103,7 +103,7 @@ def _cells(rep: Report) -> list[str]:
 
 def render_markdown(rep: Report) -> str:
     out = _head(rep) + _totals(rep) + _section(sections.failures(rep, full=False))
-    for sec in [*sections.comparisons(rep, full=False), *sections.history(rep)]:
+    for sec in [*sections.comparisons(rep, full=False), sections.mismatch(rep), *sections.history(rep)]:
         out += _section(sec)
     text = "\n".join(out + _cells(rep))
     if len(text.encode()) > MD_LIMIT:

@@ -127,6 +127,7 @@ class NightCount:
     passed: int
     failed: int  # failed or error
     stock: float | None  # StockDrift.fraction over the cells that ran; None: no stock comparison ran
+    k3: float | None = None  # the largest rollout/training k3 KL a cell recorded (CellResult.mismatch); None: none
 
 
 @dataclass(frozen=True)

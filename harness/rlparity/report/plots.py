@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from rlparity.config import import_extra
 from rlparity.report.model import Entry, History, Report, StockDrift, is_number
 from rlparity.report.rules import match
-from rlparity.results import STATUSES
+from rlparity.results import HIST_PREFIX, STATUSES
 
 COLOURS = {"passed": "#2da44e", "failed": "#cf222e", "error": "#8250df", "skipped": "#afb8c1"}
 STOCK = "#bf8700"  # the stock drift's colour
@@ -40,6 +40,10 @@ def make_plots(rep: Report) -> dict[str, bytes]:
     timed = [e for e in rep.entries if e.status != "skipped" and is_number((e.result.timings or {}).get("wall_s"))]
     if timed:
         plots["Wall time per cell"] = png(_timing_figure(Figure, timed, rep.baseline))
+    for workload, bins in _mismatch_histograms(rep.entries).items():
+        plots[f"|dlogp| between rollout and training, workload {workload} (informational)"] = png(
+            _histogram_figure(Figure, bins)
+        )
     if rep.history is not None and rep.history.by_target:
         plots[HISTORY] = png(_history_figure(Figure, rep.history))
     return plots
@@ -79,6 +83,27 @@ def _status_figure(Figure, entries: Sequence[Entry]):
     bx.invert_yaxis()
     bx.set_title("cells per target", fontsize=9)
     bx.legend(fontsize=7, loc="lower right")
+    return fig
+
+
+def _mismatch_histograms(entries: Sequence[Entry]) -> dict[str, dict[str, float]]:
+    """Per workload, the |dlogp| histogram bins (results.HIST_PREFIX) added over its cells."""
+    out: dict[str, dict[str, float]] = {}
+    for e in entries:
+        for k, v in e.result.mismatch.items():
+            if k.startswith(HIST_PREFIX):
+                bins = out.setdefault(e.result.cell.workload, {})
+                bins[k.removeprefix(HIST_PREFIX)] = bins.get(k.removeprefix(HIST_PREFIX), 0.0) + v
+    return dict(sorted(out.items()))
+
+
+def _histogram_figure(Figure, bins: dict[str, float]):
+    """How many tokens' |dlogp| fall in each fixed bin (0, then decades)."""
+    fig = Figure(figsize=(max(4.0, 0.5 * len(bins) + 2.0), 2.8))
+    ax = fig.subplots()
+    ax.bar(range(len(bins)), list(bins.values()), color=STOCK)
+    ax.set_xticks(range(len(bins)), list(bins), fontsize=7, rotation=45, ha="right")
+    ax.set_ylabel("tokens", fontsize=8)
     return fig
 
 

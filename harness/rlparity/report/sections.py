@@ -191,6 +191,28 @@ def _cell_row(e: Entry) -> list[str]:
     ]
 
 
+MISMATCH_COLUMNS = ("tokens", "mean_abs_dlogp", "max_abs_dlogp", "k3_kl", "clipped_share")
+
+
+def mismatch(rep: Report) -> Section:
+    """Every cell that recorded a rollout/training mismatch (not bitwise: the stock controls, users' engines)."""
+    rows = [
+        [e.result.cell.id, e.result.cell.workload, *(f"{e.result.mismatch.get(k, float('nan')):.3g}"
+                                                    for k in MISMATCH_COLUMNS)]
+        for e in rep.entries
+        if e.result.mismatch
+    ]  # fmt: skip
+    return Section(
+        "Rollout/training mismatch (informational)",
+        ["cell", "workload", "tokens", "mean |dlogp|", "max |dlogp|", "k3 KL", "clipped share"],
+        rows,
+        "No cell recorded a mismatch",
+        "What a mismatch does to PPO/GRPO where a path is not bitwise (the stock controls, users' engines): mean "
+        "and max |dlogp| of the sampled tokens, k3 KL, the share of ratios outside the clip range.",
+        CELL,
+    )
+
+
 def history(rep: Report) -> list[Section]:
     """With --history: cells passed/failed per target and night, and when each failing cell began failing."""
     h = rep.history
@@ -205,7 +227,8 @@ def history(rep: Report) -> list[Section]:
         for tgt, counts in h.by_target.items()
     ]
     note = (
-        f"Cells passed/failed (failed includes error) per target and night, oldest first, ordered {h.ordered_by}; "
+        f"Cells passed/failed (failed includes error) per target and night, oldest first, ordered {h.ordered_by}, "
+        "with the largest rollout/training k3 KL a cell recorded (the stock controls, users' engines); "
         "failing since: the oldest onset among the target's cells failing tonight."
     )
     return [
@@ -223,7 +246,9 @@ def history(rep: Report) -> list[Section]:
 
 
 def _night(c: NightCount) -> str:
-    return f"{c.passed}/{c.failed}" if c.cells else "-"
+    if not c.cells:
+        return "-"
+    return f"{c.passed}/{c.failed}" + (f" k3 {c.k3:.2g}" if c.k3 is not None else "")
 
 
 def _since(h: History, o: Onset) -> str:

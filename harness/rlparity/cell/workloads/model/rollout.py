@@ -16,6 +16,7 @@ from transformers import LogitsProcessorList
 
 from rl_kernel.inputs import DTYPE_NAMES as DTYPES
 from rl_kernel.integrations import transformers as hf
+from rlparity.cell import mismatch
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -268,11 +269,9 @@ def continuous_batching(model, r: Rollout, p: Prompts, device) -> torch.Tensor:
 
 # ---- the stock control's drift --------------------------------------------------------------------------
 def drift(rollout_logits: torch.Tensor, forward_logits: torch.Tensor, tokens: torch.Tensor) -> dict[str, float]:
-    """What a stock stack's rollout/training mismatch does to PPO: mean and max |dlogp| of the sampled tokens
-    and the share of importance ratios outside the clip range (float64 on the CPU, for the report)."""
+    """What a stock stack's rollout/training mismatch does to PPO, as the RL frameworks report it
+    (rlparity.cell.mismatch: mean/max |dlogp|, k3 KL, the share of ratios outside the clip range, a |dlogp|
+    histogram) over the sampled tokens' log-probs, float64 on the CPU."""
     old = torch.log_softmax(rollout_logits.double(), -1).gather(-1, tokens[..., None])[..., 0]
     new = torch.log_softmax(forward_logits.double(), -1).gather(-1, tokens[..., None])[..., 0]
-    d = (new - old).abs()
-    ratio = torch.exp(new - old)
-    outside = ((ratio < 1 - CLIP) | (ratio > 1 + CLIP)).double().mean()
-    return {"mean_abs_dlogp": float(d.mean()), "max_abs_dlogp": float(d.max()), "clipped_share": float(outside)}
+    return mismatch.metrics(old, new, clip=CLIP)
