@@ -65,10 +65,24 @@ build/hf-lowest/.stamp: | $(BUILD_STAMP)
 	$(PY) -m pip install -q --no-deps --target build/hf-lowest $(HF_LOWEST)
 	touch $@
 
-# All tests, then the Hugging Face integration again at the lowest supported transformers.
-test: build build/hf-lowest/.stamp
+# TRL's GRPOTrainer adapter is tested at both ends of its range (requirements-trl.txt), each TRL in a folder of its
+# own with the packages it needs that the venv lacks (--no-deps: a plain install would pull a CUDA torch).
+TRL_RANGE := 1.10.0 1.16.0
+TRL_DEPS := accelerate==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pandas==3.1.1 pyarrow==26.0.1 \
+  python-dateutil==4.0.0 tzdata==2026.6 psutil==7.2.2 xxhash==4.1.0
+build/trl-%/.stamp: | $(BUILD_STAMP)
+	$(PY) -m pip install -q --no-deps --target build/trl-$* "trl==$*" $(TRL_DEPS)
+	touch $@
+TRL_TESTS := tests/integrations/test_trl.py tests/harness/test_engines.py::test_trls_grpo_trainer_as_cells
+
+# All tests, then the Hugging Face integration again at the lowest supported transformers, then TRL's adapter at
+# each end of its range (RLPARITY_REQUIRE_TRL: a TRL that does not import fails instead of skipping).
+test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 	$(PY) -m pytest -n $(JOBS) tests
 	PYTHONPATH=build/hf-lowest $(PY) -m pytest -n $(JOBS) -p no:cacheprovider tests/integrations
+	for v in $(TRL_RANGE); do \
+	  RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$$v $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS) || exit 1; \
+	done
 
 lint: build
 	$(PY) -m ruff check .
