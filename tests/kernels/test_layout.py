@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import rl_kernel
 from rl_kernel import build_flags, checks, tiers
@@ -75,6 +76,10 @@ def test_every_tier_declares_its_parts(name: str) -> None:
     layers = tier.layer_module()
     assert [n for n in LAYER_NAMES if not callable(getattr(layers, n, None))] == []
     assert checks.families(tier.checks), f"the {name} tier's checks package {tier.checks} has no family"
+    for spec in checks.all_specs(tier.checks):  # a differentiable spec's case carries the gradient it takes
+        case = spec.check_case((spec.sizes or spec.golden_vocabs)[0], torch.bfloat16, 1)
+        if spec.differentiable:
+            assert spec.upstream_grad(case).shape, spec.name
     if tier.cpu_reference:
         assert tier.golden_dir.is_dir() and tier.scan == "csrc"
     else:

@@ -45,7 +45,8 @@ def _spec(name: str, forward, upstream: str | None, case_fn, reference=None) -> 
 SPECS = (
     _spec("linear", lambda x, c: linear(x, c.params[0], c.params[1]), "elem", exact.linear_case, _linear_ref),
     _spec("linear.weight", lambda w, c: linear(c.params[0], w, c.params[1]), "elem", exact.linear_weight_case),
-    _spec("attention", lambda q, c: attention(q, *c.params), "elem", exact.attention_case, _attention_ref),
+    _spec("attention", lambda q, c: attention(q, *c.params), None, exact.attention_case, _attention_ref),
+    _spec("attention.grad_q", lambda q, c: attention(q, *c.params), "elem", exact.attention_grad_case),
     _spec(
         "attention.grad_kv", lambda kv, c: exact._attention_kv_with(attention, kv, c), "elem", exact.attention_kv_case
     ),
