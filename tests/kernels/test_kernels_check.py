@@ -39,7 +39,7 @@ def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
 
 @needs_clang
 def test_hip_targets_clean_with_contract_flags() -> None:
-    proc = run_check("--only", "hip")
+    proc = run_check("--tier", "exact", "--only", "hip")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for target, _ in kernels_check.HIP_TARGETS:
         assert f"{target} " in proc.stdout
@@ -64,7 +64,7 @@ CONTRACTIBLE = {
 @needs_clang
 def test_contracted_build_is_caught(tmp_path: Path) -> None:
     report = tmp_path / "bad.json"
-    proc = run_check("--only", "hip", "--json", str(report), extra="-ffp-contract=fast")
+    proc = run_check("--tier", "exact", "--only", "hip", "--json", str(report), extra="-ffp-contract=fast")
     assert proc.returncode == 1, proc.stdout
     assert "contracted FMA" in proc.stdout
     assert proc.stdout.count("FAIL") == len(kernels_check.HIP_TARGETS)
@@ -78,9 +78,22 @@ def test_contracted_build_is_caught(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_ptx_clean_and_negative_control() -> None:
-    assert run_check("--only", "cuda").returncode == 0
-    bad = run_check("--only", "cuda", extra="-ffp-contract=fast")
+    assert run_check("--tier", "exact", "--only", "cuda").returncode == 0
+    bad = run_check("--tier", "exact", "--only", "cuda", extra="-ffp-contract=fast")
     assert bad.returncode == 1 and "contracted FMA" in bad.stdout
+
+
+def test_each_tier_is_scanned_by_its_own_rules() -> None:
+    """The fast tier's scan (its descriptor's `scan`: compile_check's Triton compiles) runs under kernels_check, a
+    row per target plus its negative controls; an unknown tier is refused."""
+    pytest.importorskip("triton", reason="the fast tier's scan compiles with Triton (requirements-dev.txt)")
+    proc = run_check("--tier", "fast", "--only", "cuda")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert re.search(r"sm_90\s+fast: triton \S+\s+\d+ kernels\s+ok", proc.stdout), proc.stdout
+    assert re.search(r"controls\s+fast: triton \S+\s+5 kernels\s+ok", proc.stdout), proc.stdout
+    assert "gfx942" not in proc.stdout  # --only cuda keeps the tier's CUDA targets
+    bad = run_check("--tier", "nope")
+    assert bad.returncode != 0 and "unknown tier nope (known: exact, fast)" in bad.stdout + bad.stderr
 
 
 def test_scanners_flag_what_they_should() -> None:
