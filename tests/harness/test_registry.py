@@ -24,7 +24,7 @@ from rlparity.config import IMAGES_FILE
 from tooling import require
 
 REGISTRY = os.environ.get("RLPARITY_TEST_REGISTRY", "localhost:5000")
-CELLS = "image=cpu shapes=quick profile=baseline placement=single"  # fp32 and bf16: two cells
+CELLS = "image=cpu shapes=quick profile=baseline placement=single tier=exact"  # fp32 and bf16: two cells
 
 
 @pytest.fixture(scope="session")
