@@ -84,13 +84,15 @@ for s in $steps; do
           cp harness/rlparity/data/golden/fast.json "$out/harness-fast.json" 2>/dev/null
           flatten sm90 ;;
     fbench) step fast-bench python3 bench/fast_h200.py ;;
-    fastctl) # A negative control through the gate: the fast tier with BLOCK_K 32 instead of its pinned 64 must
-             # change the bits of the sm90 cells whose digests were recorded, and the gate must exit 1.
+    fastctl) # Negative controls through the gate on the sm90 cells whose digests are recorded: a split-K of the
+             # fast linear (RL_KERNEL_FAST_CONTROL=split-k) must move the bits and the gate must exit 1; BLOCK_K 32
+             # instead of 64 (seventh session: moved no bit on sm_90, one wgmma k16 chain either way) is kept beside it.
              sed 's/^block_k = 64$/block_k = 32/' kernels/rl_kernel/fast/configs.toml > /tmp/bk32.toml
-             printf '%s\n' '[matrix]' 'description = "fast tier, BLOCK_K 32 (a control)"' 'repeats = 2' \
+             printf '%s\n' '[matrix]' 'description = "fast tier negative controls"' 'repeats = 2' \
+               '[profiles.fast-split-k]' 'platforms = ["cuda"]' 'env = { RL_KERNEL_FAST_CONTROL = "split-k" }' \
                '[profiles.fast-bk32]' 'platforms = ["cuda"]' 'env = { RL_KERNEL_FAST_CONFIGS = "/tmp/bk32.toml" }' \
-               '[axes]' 'image = ["cpu"]' 'target = ["sm90"]' 'profile = ["fast-bk32"]' 'placement = ["single"]' \
-               'dtype = ["bf16"]' 'shapes = ["quick", "model"]' 'tier = ["fast"]' > /tmp/ctl.toml
+               '[axes]' 'image = ["cpu"]' 'target = ["sm90"]' 'profile = ["fast-split-k", "fast-bk32"]' \
+               'placement = ["single"]' 'dtype = ["bf16"]' 'shapes = ["model"]' 'tier = ["fast"]' > /tmp/ctl.toml
              step fast-control python3 -m rlparity.cli run --matrix /tmp/ctl.toml --targets sm90 --out "$out/ctl"
              flatten ctl ;;
     *) echo "unknown step $s" ;;

@@ -267,6 +267,15 @@ def _check_linear() -> dict[str, bool]:
     # torch.compile: the op is traced (fake) and the config chosen at run time, per call
     comp = torch.compile(lambda a: fast.linear(a, w, b), backend="aot_eager", dynamic=True, fullgraph=True)
     res["torch.compile == eager (M=1, 300)"] = _same(comp(x[:1]), y[:1]) and _same(comp(x), y)
+    # the gate's negative control: a split-K moves bits (and stays near float64)
+    os.environ[fast.CONTROL_VAR] = "split-k"
+    try:
+        y_split = fast.linear(x, w, b)
+    finally:
+        del os.environ[fast.CONTROL_VAR]
+    res["split-k control moves bits, stays accurate"] = not _same(y_split, y) and bool(
+        (y_split.double() - ref).norm() / ref.norm() < 1e-2
+    )
     return res
 
 

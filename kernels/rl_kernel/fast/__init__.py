@@ -296,6 +296,9 @@ def require_triton() -> None:
 from rl_kernel.fast import attention as attention_kernels  # noqa: E402
 from rl_kernel.fast import linear as linear_kernels  # noqa: E402
 
+CONTROL_VAR = "RL_KERNEL_FAST_CONTROL"  # a negative control for the gate: "split-k" (below); unset: the tier
+CONTROLS = ("split-k",)
+
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) in the fast tier: y = x W^T (+ bias after the K loop, in fp32), fp32
@@ -303,7 +306,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     A row of y has the same bits at every batch size; the backward (dX, dW, db) is deterministic."""
     check_tensors("linear", x=x, weight=weight, bias=bias)
     require_triton()
+    control = os.environ.get(CONTROL_VAR)
+    if control:
+        return _control_linear(control, x, weight, bias)
     return linear_kernels.linear(x, weight, bias)
+
+
+def _control_linear(control: str, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """$RL_KERNEL_FAST_CONTROL=split-k: the K range cut in two halves, each half's product rounded and the two
+    added: a split-K, another reduction order, which the gate must catch (the same kernels, so it runs anywhere
+    the tier does)."""
+    if control not in CONTROLS:
+        raise ValueError(f"rl_kernel.fast: unknown {CONTROL_VAR}={control!r} (known: {', '.join(CONTROLS)})")
+    half = weight.shape[1] // 2
+    low = linear_kernels.linear(x[..., :half], weight[:, :half], None)
+    high = linear_kernels.linear(x[..., half:], weight[:, half:], bias)
+    return (low.float() + high.float()).to(x.dtype)
 
 
 def attention(
