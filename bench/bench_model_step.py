@@ -114,7 +114,7 @@ def check(model, p: M.Prompts, new: int) -> dict:
         "logits_compared": r.logits.numel(),
         "logits_differ": differ,
         "tokens": r.completions.numel(),
-        "tokens_differing_logits": int((forward != r.logits).any(-1).sum()),
+        "tokens_differing_logits": int((forward.view(torch.int32) != r.logits.view(torch.int32)).any(-1).sum()),
         "ratios_exactly_one": int((ratios.view(torch.int32) == torch.tensor(1.0).view(torch.int32)).sum()),
     }
     out |= M.drift(r.logits, forward, r.completions)

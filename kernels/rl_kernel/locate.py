@@ -495,13 +495,16 @@ FAMILIES = ("llama", "qwen2", "qwen3")
 PAD = 0
 
 
-def tiny_config(family: str, vocab: int, layers: int, hidden: int, heads: int) -> Any:
-    """The harness's model workload's config (rlparity.cell.workloads.model.rollout.config): Llama 3 rope
-    scaling, Qwen2's biases and tied embeddings, Qwen3's q/k norms; heads / 2 KV heads."""
+def tiny_config(
+    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, intermediate: int | None = None
+) -> Any:
+    """A small config of the family (the harness's model workload builds its models from it) with what it has
+    that others lack: Llama 3's rope scaling, Qwen2's q/k/v biases and tied embeddings, Qwen3's q/k norms;
+    grouped-query with heads / 2 KV heads; the MLP twice the hidden size unless `intermediate` says."""
     import transformers
 
     common = dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate or 2 * hidden, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=hidden // heads,
         max_position_embeddings=4096, pad_token_id=PAD, bos_token_id=None, eos_token_id=None, attention_dropout=0.0,
     )  # fmt: skip
@@ -516,18 +519,14 @@ def tiny_config(family: str, vocab: int, layers: int, hidden: int, heads: int) -
     raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
 
 
-def tiny_model(
-    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, *, dtype: str = "fp32",
-    seed: int = 0, device: str = "cpu", tier: str = "stock",
-) -> nn.Module:  # fmt: skip
-    """A random-weight model as the harness's model workload builds it (the same weights from the seed: drawn
-    on the CPU in float32, then cast and moved), in eval mode; patched in `tier` unless "stock"."""
+def tiny_weights(family: str, vocab: int, seed: int, **shape: Any) -> nn.Module:
+    """The family's model (tiny_config's shape arguments) in float32 on the CPU, its weights drawn from seed:
+    norms near 1, small biases, matrices scaled by fan-in (a tied embedding too: Qwen2's is its output layer, and
+    at std 1 its softmax is nearly one-hot, so samples would equal greedy ones)."""
     import transformers
 
-    from rl_kernel.inputs import DTYPE_NAMES
-
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, vocab, layers, hidden, heads))
+    torch.manual_seed(seed)  # from_config's own init, overwritten below
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(family, vocab, **shape))
     g = torch.Generator().manual_seed(seed)
     tied = bool(getattr(model.config, "tie_word_embeddings", False))
     with torch.no_grad():
@@ -540,6 +539,18 @@ def tiny_model(
             elif p.dim() == 2 and ("embed" not in name or tied):
                 w = w * p.shape[1] ** -0.5
             p.copy_(w)
+    return model
+
+
+def tiny_model(
+    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, *, dtype: str = "fp32",
+    seed: int = 0, device: str = "cpu", tier: str = "stock",
+) -> nn.Module:  # fmt: skip
+    """A random-weight model as the harness's model workload builds it (tiny_weights: drawn on the CPU in float32,
+    then cast and moved), in eval mode; patched in `tier` unless "stock"."""
+    from rl_kernel.inputs import DTYPE_NAMES
+
+    model = tiny_weights(family, vocab, seed, layers=layers, hidden=hidden, heads=heads)
     model = model.to(DTYPE_NAMES[dtype]).to(device).eval()
     if tier != "stock":
         from rl_kernel.integrations.transformers import patch

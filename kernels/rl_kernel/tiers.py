@@ -15,6 +15,7 @@ A tier is found without editing any list: a folder `rl_kernel/<name>/` with a mo
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field, replace
@@ -171,13 +172,19 @@ def _placed(tier: Tier, origin: str) -> Tier:
 
 def tiers() -> dict[str, Tier]:
     """Every tier this installation offers, by name, in name order (folders first, then entry points; a
-    name given twice is an error naming both places)."""
+    name given twice is an error naming both places). Found once per process (the installation does not change
+    under a running process; a test that installs a tier runs its own)."""
+    return dict(_discovered())
+
+
+@functools.cache
+def _discovered() -> tuple[tuple[str, Tier], ...]:
     found = _folder_tiers()
     for name, tier in _entry_point_tiers().items():
         if name in found:
             raise TierError(f"tier {name!r} is declared twice: {found[name].origin} and {tier.origin}")
         found[name] = tier
-    return dict(sorted(found.items()))
+    return tuple(sorted(found.items()))
 
 
 def get(name: str) -> Tier:

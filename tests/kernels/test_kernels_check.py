@@ -13,9 +13,12 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
+
+from tooling import require
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "kernels" / "check" / "kernels_check.py"
@@ -86,7 +89,8 @@ def test_cuda_ptx_clean_and_negative_control() -> None:
 def test_each_tier_is_scanned_by_its_own_rules() -> None:
     """The fast tier's scan (its descriptor's `scan`: compile_check's Triton compiles) runs under kernels_check, a
     row per target plus its negative controls; an unknown tier is refused."""
-    pytest.importorskip("triton", reason="the fast tier's scan compiles with Triton (requirements-dev.txt)")
+    require("triton (requirements-dev.txt: the fast tier's scan compiles with it)", find_spec("triton") is not None,
+            "not installed")  # fmt: skip
     proc = run_check("--tier", "fast", "--only", "cuda")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"sm_90\s+fast: triton \S+\s+\d+ kernels\s+ok", proc.stdout), proc.stdout

@@ -13,6 +13,7 @@ probe (rlparity.cell.inventory) reports what an image offers; the host never imp
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from collections.abc import Callable
@@ -94,13 +95,19 @@ def _entry_point_workloads() -> dict[str, Workload]:
 
 
 def workloads() -> dict[str, Workload]:
-    """Every workload this installation offers, by name (a name given twice is an error naming both places)."""
+    """Every workload this installation offers, by name (a name given twice is an error naming both places);
+    found once per process."""
+    return dict(_discovered())
+
+
+@functools.cache
+def _discovered() -> tuple[tuple[str, Workload], ...]:
     found = _folder_workloads()
     for name, w in _entry_point_workloads().items():
         if name in found:
             raise WorkloadError(f"workload {name!r} is declared twice: {found[name].origin} and {w.origin}")
         found[name] = w
-    return dict(sorted(found.items()))
+    return tuple(sorted(found.items()))
 
 
 def get(name: str) -> Workload:

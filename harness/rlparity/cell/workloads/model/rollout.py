@@ -16,76 +16,26 @@ from transformers import LogitsProcessorList
 
 from rl_kernel.inputs import DTYPE_NAMES as DTYPES
 from rl_kernel.integrations import transformers as hf
+from rl_kernel.locate import FAMILIES as FAMILIES  # re-exported: the model workload's families
+from rl_kernel.locate import PAD, tiny_config, tiny_weights
 from rlparity.cell import mismatch
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
-FAMILIES = ("llama", "qwen2", "qwen3")
 MAX_PROMPT = 8  # prompts are 2 .. MAX_PROMPT tokens
-PAD = 0
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
 SHAPE_PARAMS = ("layers", "hidden", "heads", "intermediate")
 
 
 # ---- the model ---------------------------------------------------------------------------------------
-def config(
-    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, intermediate: int | None = None
-) -> transformers.PretrainedConfig:
-    """A config of the family (small by default) with what it has that others lack: Llama 3's rope scaling,
-    Qwen2's q/k/v biases and tied embeddings, Qwen3's q/k norms. Grouped-query: heads / 2 KV heads."""
-    common = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=intermediate or 2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
-        head_dim=hidden // heads,
-        max_position_embeddings=4096,
-        pad_token_id=PAD,
-        bos_token_id=None,
-        eos_token_id=None,
-        attention_dropout=0.0,
-    )
-    if family == "llama":
-        rope = {
-            "rope_type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 64,
-            "rope_theta": 500000.0,
-        }
-        return transformers.LlamaConfig(**common, rope_parameters=rope)
-    if family == "qwen2":
-        return transformers.Qwen2Config(**common, tie_word_embeddings=True, use_sliding_window=False)
-    if family == "qwen3":
-        return transformers.Qwen3Config(**common, use_sliding_window=False)
-    raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+config = tiny_config  # the family's config (rl_kernel.locate: the locator builds the same models)
 
 
 def build(
     family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu", **shape: int
 ) -> transformers.PreTrainedModel:
-    """The family's model (config's shape arguments) with weights from seed, made on the CPU in float32,
-    then cast and moved."""
-    torch.manual_seed(seed)  # from_config's own init, overwritten below
-    model = transformers.AutoModelForCausalLM.from_config(config(family, vocab, **shape))
-    g = torch.Generator().manual_seed(seed)
-    # Qwen2's embedding is also its output layer: at std 1 its logits are std sqrt(hidden), the softmax nearly
-    # one-hot (entropy ~0.007 nats) and sampled sequences equal greedy ones. Scaled like the other matrices,
-    # its samples differ from greedy (test_model.py's test_sampling_differs_from_greedy holds it).
-    tied = bool(getattr(model.config, "tie_word_embeddings", False))
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            w = torch.randn(p.shape, generator=g)
-            if name.endswith("norm.weight"):
-                w = 1.0 + 0.1 * w
-            elif name.endswith("bias"):
-                w = 0.1 * w
-            elif p.dim() == 2 and ("embed" not in name or tied):  # a tied embedding is the lm_head too
-                w = w * p.shape[1] ** -0.5
-            p.copy_(w)
-    return model.to(DTYPES[dtype]).to(device)
+    """The family's model (tiny_config's shape arguments) with weights from seed (rl_kernel.locate.tiny_weights:
+    made on the CPU in float32), then cast and moved."""
+    return tiny_weights(family, vocab, seed, **shape).to(DTYPES[dtype]).to(device)
 
 
 def stock(family: str, vocab: int, dtype: str, seed: int, device, **params: int):
