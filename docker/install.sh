@@ -46,4 +46,4 @@ record = {
 pathlib.Path("/etc/rlparity/build.json").write_text(json.dumps(record, indent=1) + "\n")
 print(json.dumps(record, indent=1))
 PY
-"$py" -c 'import rl_kernel, rlparity; print("rl_kernel", rl_kernel.TIER, "gpu kernels:", rl_kernel.has_gpu_kernels())'
+"$py" -c 'import rl_kernel, rlparity; import rl_kernel.tiers as t; print("rl_kernel tiers:", ", ".join(sorted(t.tiers())), "gpu kernels:", rl_kernel.has_gpu_kernels())'
