@@ -10,7 +10,8 @@ lists every tier this installation offers (`tiers.get("fast")`).
     ent  = rl_kernel.entropy(logits)                      # [...], fp32
 
 and the layers of a decoder in the same tier (rl_kernel.ops.decoder): linear, rms_norm, rope_table,
-rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode), and a seeded
+rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode), a fused LM head that
+never materialises the logits (rl_kernel.head: lm_head_logprobs), and a seeded
 Gumbel-max sampler that draws the same tokens on every device (rl_kernel.ops.sampling: gumbel_argmax).
 
 This module only re-exports: the operators live in rl_kernel.ops.<family>.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from rl_kernel import bitwise, ops, optim, reference, tiers
 from rl_kernel._library import has_gpu_kernels
+from rl_kernel.head import lm_head_logprobs
 from rl_kernel.ops.decoder import (
     attention,
     embedding,
@@ -50,6 +52,7 @@ __all__ = [
     "gumbel_argmax",
     "has_gpu_kernels",
     "linear",
+    "lm_head_logprobs",
     "log_softmax",
     "log_softmax_backward",
     "ops",

@@ -104,10 +104,13 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 
 
 # ---- launches -------------------------------------------------------------------------------------
-def _launch_gemm(a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None):
-    """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in a's dtype."""
+def _launch_gemm(
+    a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None
+):
+    """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
+    a's dtype; fp32 stores the accumulator unrounded)."""
     m, k = a.shape
-    c = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0:
         return c
     if k == 0:
@@ -150,12 +153,15 @@ def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias)
 
 
-def grad_x_2d(dy: torch.Tensor, weight: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
-    """dX [M, K] = dY [M, N] @ weight [N, K]: a linear with N and K swapped (reduction over N)."""
+def grad_x_2d(
+    dy: torch.Tensor, weight: torch.Tensor, cfg: dict | None = None, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """dX [M, K] = dY [M, N] @ weight [N, K]: a linear with N and K swapped (reduction over N). out_dtype fp32:
+    the unrounded accumulator (the fused head sums its vocabulary chunks' partials)."""
     m, n = dy.shape
     k = weight.shape[1]
     cfg = cfg or config_for("linear_dx", target_of(dy.device), m=m, n=k, k=n)
-    return _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg)
+    return _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, out_dtype=out_dtype)
 
 
 def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:

@@ -1,0 +1,309 @@
+"""A fused LM head: token log-probs (and entropy) straight from the hidden states, never the [tokens, vocab]
+logits.
+
+    logp = rl_kernel.lm_head_logprobs(hidden, lm_head.weight, tokens)                  # [...], fp32
+    logp, ent = rl_kernel.lm_head_logprobs(hidden, weight, tokens, entropy=True, tier="fast")
+
+What it computes, bit for bit: `unfused(...)` below, i.e. the tier's `linear` (rounded to the weight's dtype
+as a model's lm_head rounds), divided by `temperature` as generate() divides them (cast to fp32, one correctly
+rounded division per element: integrations.frameworks.divide_by_temperature), then `token_logprobs` / `entropy`
+over the first `vocab_size` columns. It walks the vocabulary in chunks of `vocab_chunk` columns (a multiple of 8), one
+chunk of logits alive at a time, so the extra memory is about 4 x tokens x vocab_chunk elements, whatever the
+vocabulary.
+
+Why the forward is exact: the contract's row reduction is one binary tree over aligned 8-column chunks (docs/
+numerics.md section 2), so a row cut into vocabulary chunks evaluates whole subtrees per chunk and joins the
+nodes afterwards with the uncut row's bits: rl_kernel.parallel's construction, with the chunks of one device in
+place of ranks. Any chunk width gives the same log-probs and entropy.
+
+The backward (docs/numerics.md section 12): each chunk's logit gradient is exactly its slice of the unfused one
+(token_logprobs_backward_slice / entropy_backward_slice), so dWeight and dBias are the unfused bits (each
+element is one chain over the rows, as in `linear`'s backward). dHidden cannot be one chain over the whole
+vocabulary without the whole gradient, so it is the sum of the chunks' fp32 partials (each the tier's dX
+reduction over its columns, never rounded) in chunk order, rounded once: deterministic, batch invariant (a row
+depends on its own row only) and, for the exact tier, the same on every device; its bits depend on
+`vocab_chunk`, which is why that is a fixed argument and never chosen from the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from rl_kernel import parallel, tiers
+from rl_kernel._library import ops
+from rl_kernel._validate import check_same_device, check_token_range, check_tokens
+from rl_kernel.integrations.frameworks import divide_by_temperature
+
+IGNORE = -100
+VOCAB_CHUNK = 4096  # columns per chunk: 1/37 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
+
+
+# ---- the tier's GEMMs, as the head needs them ------------------------------------------------------
+@dataclass(frozen=True)
+class _Gemms:
+    """logits(h, w_chunk, b_chunk, vocab_rows) -> [N, C] in h's dtype; dx(d, w_chunk) -> fp32 [N, H] partial;
+    dw(d, h) -> [C, H]; db(d) -> [C]. Every one is the tier's kernel with the unfused path's configuration."""
+
+    logits: Callable[..., torch.Tensor]
+    dx: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    dw: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    db: Callable[[torch.Tensor], torch.Tensor]
+
+
+def _t(x: torch.Tensor) -> torch.Tensor:
+    return x.t().contiguous()
+
+
+def _exact() -> _Gemms:
+    def dx(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        # fp32 operands: the chain over this chunk's columns in fp32 with no rounding to the model's dtype
+        # (bf16 -> fp32 is exact, so each fma is the one the bf16 kernel does).
+        return ops.linear(d.float(), _t(w).float(), None)
+
+    return _Gemms(
+        logits=lambda h, w, b, _rows: ops.linear(h, w, b),
+        dx=dx,
+        dw=lambda d, h: ops.linear(_t(d), _t(h), None),
+        db=lambda d: ops.linear(_t(d), d.new_ones((1, d.shape[0])), None).view(-1),
+    )
+
+
+def _fast() -> _Gemms:
+    from rl_kernel.fast import config_for, target_of
+    from rl_kernel.fast import linear as fl
+
+    def logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
+        # BLOCK_K is pinned per (N, K): the whole head's N, so a chunk sums in the unfused head's order.
+        cfg = config_for("linear", target_of(h.device), m=h.shape[0], n=rows, k=h.shape[1])
+        return fl.forward_2d(h, w, b, cfg)
+
+    return _Gemms(
+        logits=logits,
+        dx=lambda d, w: fl.grad_x_2d(d, w, out_dtype=torch.float32),
+        dw=lambda d, h: fl.grad_w_2d(d, h),
+        db=fl.grad_b_2d,
+    )
+
+
+_GEMMS: dict[str, Callable[[], _Gemms]] = {"exact": _exact, "fast": _fast}
+
+
+def _gemms(tier: str) -> _Gemms:
+    t = tiers.get(tier)
+    if t.name not in _GEMMS:
+        raise tiers.TierError(f"rl_kernel.lm_head_logprobs: the {t.name} tier has no fused head (exact, fast)")
+    return _GEMMS[t.name]()
+
+
+# ---- the walk over vocabulary chunks ---------------------------------------------------------------
+@dataclass(frozen=True)
+class _Plan:
+    tier: str
+    vocab_size: int
+    chunk: int
+    temperature: float | None
+    ignore_index: int
+    want_entropy: bool
+
+    def slices(self, rows: int) -> list[parallel.Slice]:
+        starts = range(0, rows, self.chunk)
+        return [parallel.Slice(s, min(self.chunk, rows - s), self.vocab_size) for s in starts]
+
+
+def _chunk_logits(g: _Gemms, plan: _Plan, h, weight, bias, s: parallel.Slice) -> torch.Tensor:
+    w = weight.narrow(0, s.start, s.width)
+    b = None if bias is None else bias.narrow(0, s.start, s.width)
+    z = g.logits(h, w, b, weight.shape[0])
+    return z if plan.temperature is None else divide_by_temperature(z, plan.temperature)
+
+
+def _forward(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    g = _gemms(plan.tier)
+    slices = plan.slices(weight.shape[0])
+    nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)
+    for s in slices:
+        z = _chunk_logits(g, plan, h, weight, bias, s)
+        nodes.append(parallel.local_stats(z, s))
+        local = (tokens - s.start).clamp(0, s.width - 1)
+        picked = torch.where(s.owns(tokens), z.gather(-1, local.unsqueeze(-1)).squeeze(-1).float(), picked)
+    stats = parallel.join_stats(nodes, slices)
+    logp = parallel.join_token_logprobs([parallel._logprob(picked, stats)], tokens, [_whole(plan)], plan.ignore_index)
+    ent = None
+    if plan.want_entropy:
+        parts = [parallel.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in slices]
+        ent = parallel.join_entropy(parts, stats, slices)
+    return logp, stats, ent
+
+
+def _whole(plan: _Plan) -> parallel.Slice:
+    return parallel.Slice(0, plan.vocab_size, plan.vocab_size)
+
+
+def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
+    h, weight, bias, tokens, stats, ent = saved
+    g = _gemms(plan.tier)
+    dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
+    dws, dbs = [], []
+    for s in plan.slices(weight.shape[0]):
+        z = _chunk_logits(g, plan, h, weight, bias, s)
+        d = None
+        if g_logp is not None:
+            tok = parallel._local_tokens(tokens, s, s.width, plan.ignore_index)
+            d = ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
+        if g_ent is not None:
+            de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
+            d = de if d is None else d + de  # autograd's sum of the two uses of the logits
+        z_dtype = z.dtype
+        del z
+        if d is None:
+            d = torch.zeros((h.shape[0], s.width), dtype=z_dtype, device=h.device)
+        if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to z's dtype
+            d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(h.dtype)
+        if dh is not None:
+            dh += g.dx(d, weight.narrow(0, s.start, s.width))
+        if need[1]:
+            dws.append(g.dw(d, h))
+        if need[2]:
+            dbs.append(g.db(d))
+    return (
+        None if dh is None else _round(dh, h.dtype),
+        torch.cat(dws) if need[1] else None,
+        torch.cat(dbs) if need[2] else None,
+    )
+
+
+_CANONICAL_NAN = {
+    torch.bfloat16: torch.tensor(0x7FC0, dtype=torch.int16).view(torch.bfloat16),
+    torch.float16: torch.tensor(0x7E00, dtype=torch.int16).view(torch.float16),
+}
+
+
+def _round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """fp32 -> dtype, round to nearest even with the contract's canonical NaN (store_out)."""
+    if dtype == torch.float32:
+        return x
+    y = x.to(dtype)
+    return torch.where(torch.isnan(x), _CANONICAL_NAN[dtype].to(y.device), y)
+
+
+class _Head(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, weight, bias, tokens, plan: _Plan):
+        logp, stats, ent = _forward(plan, h, weight, bias, tokens)
+        ctx.set_materialize_grads(False)  # an unused output adds nothing to the logits' gradient
+        ctx.save_for_backward(h, weight, bias, tokens, stats, ent)
+        ctx.plan = plan
+        return (logp, ent) if plan.want_entropy else logp
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent=None):
+        need = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        g_logp = None if g_logp is None else g_logp.contiguous()
+        g_ent = None if g_ent is None else g_ent.contiguous()
+        dh, dw, db = _backward(ctx.plan, ctx.saved_tensors, g_logp, g_ent, need)
+        return dh, dw, db, None, None
+
+
+# ---- the public functions ---------------------------------------------------------------------------
+def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier) -> int:
+    """Clear errors naming the argument; returns the vocabulary size."""
+    for name, t in (("hidden", hidden), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"rl_kernel.lm_head_logprobs: {name} must be a torch.Tensor, got {type(t).__name__}")
+    t = tiers.get(tier)
+    if hidden.dtype not in (torch.float32, torch.bfloat16, torch.float16) or (
+        hidden.dtype == torch.float32 and "fp32" not in t.dtypes
+    ):
+        raise TypeError(f"rl_kernel.lm_head_logprobs: hidden is {hidden.dtype}; the {t.name} tier takes {t.dtypes}")
+    if weight.dim() != 2:
+        raise ValueError(f"rl_kernel.lm_head_logprobs: weight must be [vocab, hidden], got {tuple(weight.shape)}")
+    if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"rl_kernel.lm_head_logprobs: hidden's last dimension {tuple(hidden.shape)[-1:]} must equal the "
+            f"weight's hidden size {weight.shape[1]} (weight is [vocab, hidden] = {tuple(weight.shape)})"
+        )
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"rl_kernel.lm_head_logprobs: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    for name, u in (("weight", weight), ("bias", bias)):
+        if u is not None and u.dtype != hidden.dtype:
+            raise TypeError(
+                f"rl_kernel.lm_head_logprobs: {name} is {u.dtype} but hidden is {hidden.dtype} (one dtype, as the "
+                "model's lm_head computes)"
+            )
+    check_same_device({"hidden": hidden, "weight": weight, "bias": bias, "tokens": tokens})
+    if t.name == "fast":
+        from rl_kernel.fast import check_tensors, require_triton
+
+        check_tensors("lm_head_logprobs", hidden=hidden, weight=weight, bias=bias)
+        require_triton()
+    vocab = weight.shape[0] if vocab_size is None else int(vocab_size)
+    if not 1 <= vocab <= weight.shape[0]:
+        raise ValueError(
+            f"rl_kernel.lm_head_logprobs: vocab_size {vocab} must be in [1, {weight.shape[0]}] (the weight's rows; "
+            "rows past vocab_size are padding)"
+        )
+    if not isinstance(vocab_chunk, int) or vocab_chunk < parallel.CHUNK or vocab_chunk % parallel.CHUNK:
+        raise ValueError(f"rl_kernel.lm_head_logprobs: vocab_chunk must be a positive multiple of 8, got {vocab_chunk}")
+    if temperature is not None and not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"rl_kernel.lm_head_logprobs: temperature must be a positive number, got {temperature!r}")
+    return vocab
+
+
+def lm_head_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    tokens: torch.Tensor,
+    *,
+    tier: str = "exact",
+    bias: torch.Tensor | None = None,
+    temperature: float | None = None,
+    entropy: bool = False,
+    vocab_size: int | None = None,
+    ignore_index: int = IGNORE,
+    vocab_chunk: int = VOCAB_CHUNK,
+    validate: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """log p(tokens) [...] in fp32 of softmax(hidden @ weight^T (+ bias), / temperature) over the first vocab_size
+    columns, without materialising the logits; (logp, entropy) with entropy=True. Bit for bit `unfused(...)`;
+    differentiable in hidden, weight and bias. ignore_index positions give 0 (and no gradient); with
+    validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
+    vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
+    tokens = check_tokens(hidden[..., :1].expand(*hidden.shape[:-1], 1), tokens, "hidden")
+    if validate:
+        check_token_range(tokens, vocab, ignore_index)
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy))
+    lead = hidden.shape[:-1]
+    h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
+    out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens.reshape(-1), plan)
+    if entropy:
+        return out[0].view(lead), out[1].view(lead)
+    return out.view(lead)
+
+
+def unfused(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    tokens: torch.Tensor,
+    *,
+    tier: str = "exact",
+    bias: torch.Tensor | None = None,
+    temperature: float | None = None,
+    entropy: bool = False,
+    vocab_size: int | None = None,
+    ignore_index: int = IGNORE,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """What lm_head_logprobs computes, the plain way: the logits materialised (the reference its tests hold it
+    to, and the unfused path of the benchmarks)."""
+    from rl_kernel.ops.softmax import entropy as entropy_of
+    from rl_kernel.ops.softmax import token_logprobs
+
+    vocab = _check(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
+    logits = tiers.get(tier).op("linear")(hidden, weight, bias)
+    if temperature is not None:
+        logits = divide_by_temperature(logits, temperature)
+    logits = logits[..., :vocab]
+    logp = token_logprobs(logits, tokens, ignore_index)
+    return (logp, entropy_of(logits)) if entropy else logp
