@@ -38,7 +38,7 @@ from rl_kernel._validate import check_same_device, check_token_range, check_toke
 from rl_kernel.integrations.frameworks import divide_by_temperature
 
 IGNORE = -100
-VOCAB_CHUNK = 4096  # columns per chunk: 1/37 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
+VOCAB_CHUNK = 2048  # columns per chunk: 1/74 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
 
 
 # ---- the tier's GEMMs, as the head needs them ------------------------------------------------------
@@ -155,7 +155,8 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
             d = ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
         if g_ent is not None:
             de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
-            d = de if d is None else d + de  # autograd's sum of the two uses of the logits
+            d = de if d is None else d.add_(de)  # autograd's sum of the two uses of the logits
+            del de
         z_dtype = z.dtype
         del z
         if d is None:

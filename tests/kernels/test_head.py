@@ -1,0 +1,212 @@
+"""rl_kernel.lm_head_logprobs: the fused LM head gives the unfused path's bits without the logits.
+
+Forward (log-probs, entropy) and dWeight / dBias: bit for bit `head.unfused` (the tier's linear, the temperature
+division generate() does, token_logprobs / entropy), at every vocabulary chunk width. dHidden: a fixed-order sum
+of the chunks' fp32 partials, so batch invariant and run-to-run equal (checked bitwise) and accurate against
+float64. Memory: the peak of tensors alive under torch's MemTracker, against the materialised logits. Every
+equality compares integer views of the bits (rl_kernel.bitwise).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rl_kernel
+from rl_kernel import head, inputs
+from rl_kernel.bitwise import bits_equal, diff
+
+IGNORE = -100
+
+
+def assert_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    assert bits_equal(got, want), f"{what}: {diff(got, want).summary()}"
+
+
+def case(rows: int, hidden: int, vocab_rows: int, dtype: torch.dtype, seed: int, vocab: int | None = None):
+    """hidden [rows, H], weight [vocab_rows, H] (rows past vocab are padding), tokens with ignore_index and the
+    last real column among them."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(rows, hidden, generator=g).to(dtype)
+    w = (torch.randn(vocab_rows, hidden, generator=g) * hidden**-0.5 * 3).to(dtype)
+    real = vocab or vocab_rows
+    tok = torch.randint(0, real, (rows,), generator=g)
+    tok[::5] = IGNORE
+    if rows > 1:
+        tok[1] = real - 1
+    return h, w, tok
+
+
+def run(fn, h, w, tok, bias=None, **kw):
+    """(log-probs, entropy, dHidden, dWeight, dBias) of fn under loss = sum(a * logp) + sum(b * entropy)."""
+    hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
+    bg = None if bias is None else bias.clone().requires_grad_()
+    logp, ent = fn(hg, wg, tok, bias=bg, entropy=True, **kw)
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(logp.shape, generator=g), torch.randn(ent.shape, generator=g)
+    ((logp * a).sum() + (ent * b).sum()).backward()
+    return logp, ent, hg.grad, wg.grad, None if bg is None else bg.grad
+
+
+SHAPES = [  # rows, hidden, weight rows, vocab (None: every row is real), chunk
+    (6, 16, 40, None, 8),
+    (5, 24, 301, 297, 64),  # odd sizes, padding rows
+    (9, 32, 1000, None, 128),
+    (3, 8, 4104, 4099, 4096),  # a partial last chunk of 8 columns
+    (4, 8, 151936, None, head.VOCAB_CHUNK),
+]
+
+
+@pytest.mark.parametrize("rows,hidden,vrows,vocab,chunk", SHAPES)
+@pytest.mark.parametrize("dtype", inputs.DTYPES, ids=inputs.dtype_name)
+def test_fused_gives_the_unfused_bits(device, rows, hidden, vrows, vocab, chunk, dtype) -> None:
+    h, w, tok = (t.to(device) for t in case(rows, hidden, vrows, dtype, seed=vrows, vocab=vocab))
+    bias = (torch.randn(vrows, generator=torch.Generator().manual_seed(1)) * 0.5).to(dtype).to(device)
+    for temperature in (None, 0.7):
+        kw = {"vocab_size": vocab, "temperature": temperature}
+        fused = run(head.lm_head_logprobs, h, w, tok, bias, vocab_chunk=chunk, **kw)
+        plain = run(head.unfused, h, w, tok, bias, **kw)
+        for name, i in (("log-probs", 0), ("entropy", 1), ("dWeight", 3), ("dBias", 4)):
+            assert_bits(fused[i], plain[i], f"{name} T={temperature}")
+        assert bool((fused[0][tok == IGNORE] == 0).all())
+        # dHidden: another order than the unfused one (chunk partials), as accurate
+        assert (fused[2].double() - plain[2].double()).abs().max() <= 2 * plain[2].double().abs().max() * 2**-7
+
+
+def test_the_chunk_width_moves_no_forward_bit() -> None:
+    h, w, tok = case(7, 16, 2000, torch.bfloat16, seed=3)
+    want = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=8)
+    for chunk in (16, 248, 1000, 2000, 4096):
+        got = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=chunk)
+        assert_bits(got[0], want[0], f"log-probs, chunk {chunk}")
+        assert_bits(got[1], want[1], f"entropy, chunk {chunk}")
+
+
+def test_dhidden_is_batch_invariant_and_run_to_run_equal(device) -> None:
+    h, w, tok = (t.to(device) for t in case(12, 32, 3000, torch.bfloat16, seed=5))
+    full = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=512)
+    again = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=512)
+    assert_bits(again[2], full[2], "dHidden run to run")
+    assert_bits(again[3], full[3], "dWeight run to run")
+    # Rows 3..6 alone and in reverse order: their dHidden rows are the batch's (the loss weights follow the rows).
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(12, generator=g), torch.randn(12, generator=g)
+    for idx in (torch.arange(3, 7), torch.arange(6, 2, -1)):
+        hg = h[idx].clone().requires_grad_()
+        logp, ent = head.lm_head_logprobs(hg, w, tok[idx], entropy=True, vocab_chunk=512)
+        ((logp * a[idx].to(device)).sum() + (ent * b[idx].to(device)).sum()).backward()
+        assert_bits(hg.grad, full[2][idx], f"dHidden of rows {idx.tolist()}")
+
+
+def test_dhidden_is_accurate_against_float64() -> None:
+    h, w, tok = case(6, 16, 1000, torch.float32, seed=9)
+    got = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=64)[2]
+    hd, wd = h.double().requires_grad_(), w.double()
+    logits = hd @ wd.t()
+    lsm = torch.log_softmax(logits, -1)
+    keep = tok != IGNORE
+    logp = torch.where(keep, lsm.gather(-1, tok.clamp(min=0).unsqueeze(-1)).squeeze(-1), torch.zeros(()))
+    ent = -(lsm.exp() * lsm).sum(-1)
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(6, generator=g).double(), torch.randn(6, generator=g).double()
+    ((logp * a).sum() + (ent * b).sum()).backward()
+    assert (got.double() - hd.grad).abs().max() <= 1e-5 * hd.grad.abs().max()
+
+
+def test_only_the_used_output_has_a_gradient() -> None:
+    """An unused entropy adds nothing (not even a +0 that could turn a -0 around) to the logits' gradient."""
+    h, w, tok = case(5, 16, 300, torch.bfloat16, seed=2)
+    hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
+    logp, _ = head.lm_head_logprobs(hg, wg, tok, entropy=True, vocab_chunk=64)
+    logp.sum().backward()
+    plain = run_logp_only(h, w, tok)
+    assert_bits(wg.grad, plain, "dWeight with the entropy unused")
+
+
+def run_logp_only(h, w, tok) -> torch.Tensor:
+    wg = w.clone().requires_grad_()
+    head.unfused(h, wg, tok).sum().backward()
+    return wg.grad
+
+
+def test_the_public_name_is_the_fused_head() -> None:
+    assert rl_kernel.lm_head_logprobs is head.lm_head_logprobs
+
+
+def test_shapes_are_kept() -> None:
+    h, w, tok = case(6, 16, 100, torch.bfloat16, seed=4)
+    out = head.lm_head_logprobs(h.view(2, 3, 16), w, tok.view(2, 3))
+    assert out.shape == (2, 3) and out.dtype == torch.float32
+    assert_bits(out.view(-1), head.lm_head_logprobs(h, w, tok), "[2, 3] == [6]")
+
+
+# ---- memory ---------------------------------------------------------------------------------------------
+def peak_bytes(fn) -> int:
+    """The peak of the CPU tensors alive while fn runs (torch's MemTracker: every tensor the dispatcher makes)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    with tracker:
+        fn()
+    return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+
+
+def test_peak_memory_is_an_eighth_of_the_logits() -> None:
+    """Training (forward + backward) at a 151936 vocabulary: the fused head's peak, dWeight included, stays under
+    1/8 of the [rows, vocab] bf16 logits it never makes; the unfused path (the control) holds them."""
+    rows, hid, vocab = 384, 8, 151936
+    h, w, tok = case(rows, hid, vocab, torch.bfloat16, seed=1)
+    logits_bytes = rows * vocab * 2
+
+    def train(fn):
+        def step():
+            hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
+            logp, ent = fn(hg, wg, tok, entropy=True)
+            (logp.sum() + ent.sum()).backward()
+
+        return step
+
+    fused = peak_bytes(train(head.lm_head_logprobs))
+    plain = peak_bytes(train(head.unfused))
+    assert plain >= logits_bytes, f"the tracker missed the unfused logits: peak {plain} < {logits_bytes}"
+    assert fused <= logits_bytes / 8, f"fused head peak {fused} bytes > 1/8 of the logits ({logits_bytes} bytes)"
+
+
+# ---- bad input --------------------------------------------------------------------------------------------
+def _bad(**change):
+    h, w, tok = case(4, 16, 64, torch.bfloat16, seed=0)
+    args = {"hidden": h, "weight": w, "tokens": tok} | change
+    kw = {k: args.pop(k) for k in list(args) if k not in ("hidden", "weight", "tokens")}
+    return lambda: head.lm_head_logprobs(args["hidden"], args["weight"], args["tokens"], **kw)
+
+
+@pytest.mark.parametrize(
+    "change,error,words",
+    [
+        ({"weight": torch.zeros(64, 8, dtype=torch.bfloat16)}, ValueError, "hidden size 8"),
+        ({"weight": torch.zeros(64, dtype=torch.bfloat16)}, ValueError, "weight must be [vocab, hidden]"),
+        ({"weight": torch.zeros(64, 16)}, TypeError, "weight is torch.float32 but hidden is torch.bfloat16"),
+        ({"bias": torch.zeros(63, dtype=torch.bfloat16)}, ValueError, "bias must be [64]"),
+        ({"tokens": torch.tensor([0, 1, 64, 2])}, ValueError, "token id 64"),
+        ({"tokens": torch.tensor([0, 1, 2])}, ValueError, "tokens shape"),
+        ({"tokens": torch.zeros(4)}, TypeError, "integer tensor"),
+        ({"vocab_size": 65}, ValueError, "vocab_size 65"),
+        ({"vocab_size": 50, "tokens": torch.tensor([0, 1, 55, 2])}, ValueError, "outside the vocabulary [0, 50)"),
+        ({"vocab_chunk": 12}, ValueError, "vocab_chunk"),
+        ({"temperature": 0.0}, ValueError, "temperature"),
+        ({"tier": "nope"}, LookupError, "nope"),
+        ({"hidden": torch.zeros(4, 16, dtype=torch.float64)}, TypeError, "hidden is torch.float64"),
+    ],
+)
+def test_bad_input_names_the_argument(change, error, words) -> None:
+    with pytest.raises(
+        error, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+    ):
+        _bad(**change)()
+
+
+def test_the_fast_tier_on_the_cpu_names_the_exact_tier(monkeypatch) -> None:
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(ValueError, match="tier='exact'"):
+        _bad(tier="fast")()
