@@ -73,7 +73,7 @@ def _exact() -> _Gemms:
 
 def _fast() -> _Gemms:
     from rl_kernel.fast import config_for, target_of
-    from rl_kernel.fast import linear as fl
+    from rl_kernel.fast import linear_kernels as fl
 
     def logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         # BLOCK_K is pinned per (N, K): the whole head's N, so a chunk sums in the unfused head's order.

@@ -202,6 +202,12 @@ def test_interpreter_attention() -> None:
     assert not failed, failed
 
 
+def test_interpreter_fused_head() -> None:
+    r = _interpret("head")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert not failed, failed
+
+
 # ---- what the subprocess runs --------------------------------------------------------------------------
 def _shim_interpreter() -> None:
     """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
@@ -337,8 +343,39 @@ def _check_attention() -> dict[str, bool]:
     return res
 
 
+def _check_head() -> dict[str, bool]:
+    """The fused LM head in the fast tier: the fast unfused path's bits (forward, dW), dHidden batch invariant."""
+    from rl_kernel import head
+
+    g = torch.Generator().manual_seed(3)
+    rows, hid, vocab = 9, 32, 600
+    h = torch.randn(rows, hid, generator=g).bfloat16()
+    w = (torch.randn(vocab, hid, generator=g) * 0.3).bfloat16()
+    tok = torch.randint(0, 597, (rows,), generator=g)
+    tok[2] = -100
+    res = {}
+
+    def both(fn, hh, tt, **kw):
+        hg, wg = hh.clone().requires_grad_(), w.clone().requires_grad_()
+        logp, ent = fn(hg, wg, tt, tier="fast", entropy=True, vocab_size=597, temperature=0.8, **kw)
+        (logp.sum() + 0.5 * ent.sum()).backward()
+        return logp, ent, hg.grad, wg.grad
+
+    fused = both(head.lm_head_logprobs, h, tok, vocab_chunk=128)
+    plain = both(head.unfused, h, tok)
+    for name, i in (("log-probs", 0), ("entropy", 1), ("dWeight", 3)):
+        res[f"fused {name} == unfused (bits)"] = _same(fused[i], plain[i])  # int16 views: fp32 as pairs
+    res["fused dHidden vs unfused within bf16"] = bool(
+        ((fused[2].double() - plain[2].double()).abs() <= plain[2].double().abs().max() * 2**-6).all()
+    )
+    part = both(head.lm_head_logprobs, h[3:7], tok[3:7], vocab_chunk=128)
+    res["dHidden rows 3..6 alone == in the batch (bits)"] = _same(part[2], fused[2][3:7])
+    res["log-probs rows 3..6 alone == in the batch (bits)"] = _same(part[0], fused[0][3:7])
+    return res
+
+
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
     _shim_interpreter()
-    result = {"linear": _check_linear, "attention": _check_attention}[sys.argv[1]]()
+    result = {"linear": _check_linear, "attention": _check_attention, "head": _check_head}[sys.argv[1]]()
     print(json.dumps(result))
