@@ -124,6 +124,46 @@ def test_unpatch_restores_stock_behaviour(family: str) -> None:
     assert not hf.is_patched(model) and type(model.lm_head) is torch.nn.Linear
 
 
+# ---- the fused head: log-probs from the hidden states --------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_completion_logprobs_equal_generates_scores(family: str, dtype: str, device: str) -> None:
+    """completion_logprobs (the decoder's hidden states through rl_kernel.lm_head_logprobs, no logits) == the
+    log-probs of generate()'s own scores, with and without a temperature; entropy too; an untied lm_head's weight
+    gradient == the one through the materialised logits."""
+    from rl_kernel.integrations.frameworks import divide_by_temperature
+    from rl_kernel.ops.softmax import entropy, token_logprobs
+
+    model = patched(family, dtype, device)
+    p = M.prompts(4, VOCAB, 5)
+    r = M.generate(model, p, NEW, 3, device)
+    ids, mask = r.sequences.to(device), M.full_mask(p, NEW).to(device)
+    for temperature in (None, 0.6):
+        scores = r.logits if temperature is None else divide_by_temperature(r.logits, temperature)
+        want_lp, want_ent = token_logprobs(scores, r.completions), entropy(scores)
+        lp, ent = hf.completion_logprobs(model, ids, mask, NEW, temperature=temperature, entropy=True, vocab_chunk=64)
+        assert bits_equal(lp.cpu(), want_lp), diff(lp.cpu(), want_lp).summary()
+        assert bits_equal(ent.cpu(), want_ent), diff(ent.cpu(), want_ent).summary()
+    if model.lm_head.weight is model.get_input_embeddings().weight:
+        return  # tied (the tiny Qwen2): the embedding's share of the gradient comes through dHidden's other order
+    model.zero_grad()
+    hf.completion_logprobs(model, ids, mask, NEW, vocab_chunk=64).sum().backward()
+    fused = model.lm_head.weight.grad.clone()
+    model.zero_grad()
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, -NEW - 1 : -1]
+    token_logprobs(logits.float(), ids[:, -NEW:]).sum().backward()
+    assert bits_equal(fused, model.lm_head.weight.grad), diff(fused, model.lm_head.weight.grad).summary()
+
+
+def test_completion_logprobs_needs_a_patched_model() -> None:
+    stock = M.build("qwen3", VOCAB, "fp32", 0)
+    ids = torch.ones(1, 6, dtype=torch.long)
+    with pytest.raises(ValueError, match="patched with rl_kernel"):
+        hf.completion_logprobs(stock, ids, None, 2)
+    with pytest.raises(ValueError, match="logits_to_keep must be in"):
+        hf.completion_logprobs(patched("qwen3", "fp32", "cpu"), ids, None, 6)
+
+
 # ---- what the patch refuses ------------------------------------------------------------------------------
 def _tiny(cls, **kw):
     base = dict(

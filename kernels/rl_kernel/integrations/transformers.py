@@ -5,6 +5,7 @@
     out = model.generate(ids, attention_mask=mask, output_logits=True, return_dict_in_generate=True,
                          do_sample=False, logits_processor=LogitsProcessorList([GumbelSampler(seed=0)]))
     logits = model(input_ids=out.sequences, attention_mask=full_mask).logits   # the same bits
+    logp = completion_logprobs(model, out.sequences, full_mask, new)   # those logits' log-probs, fused head
 
 patch() swaps, in place, every layer whose arithmetic differs between a decode step and a prefill, or
 between devices, for the layers of the tier asked for (rl_kernel.tiers: the descriptor's `layers` module;
@@ -39,7 +40,7 @@ from torch import nn
 from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from rl_kernel import tiers
+from rl_kernel import head, tiers
 from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.ops.decoder import positions_from_mask
@@ -280,6 +281,45 @@ def tier_of(model: nn.Module) -> str | None:
     """The tier a patched model runs in (None when it is not patched)."""
     state = getattr(model, _STATE, None)
     return state["tier"] if state else None
+
+
+# ---- log-probs straight from the hidden states -------------------------------------------------------
+def completion_logprobs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    logits_to_keep: int,
+    *,
+    temperature: float | None = None,
+    entropy: bool = False,
+    vocab_chunk: int = head.VOCAB_CHUNK,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The log-probs [B, logits_to_keep] (and entropies) of the last logits_to_keep tokens of input_ids under a
+    patched model, from the decoder's hidden states through rl_kernel.lm_head_logprobs: never the logits. Bit for
+    bit token_logprobs of the model's own logits for those positions (divided by temperature as generate()
+    divides: divide_by_temperature), i.e. of generate()'s scores; differentiable. Peak memory: a vocab_chunk
+    slice of the logits instead of all of them."""
+    tier = tier_of(model)
+    if tier is None:
+        raise ValueError("rl_kernel: completion_logprobs needs a model patched with rl_kernel (patch(model, tier=...))")
+    if not 0 < logits_to_keep < input_ids.shape[-1]:
+        raise ValueError(
+            f"rl_kernel: logits_to_keep must be in [1, {input_ids.shape[-1] - 1}] (tokens scored from the position "
+            f"before them), got {logits_to_keep}"
+        )
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.model
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    lm_head = model.get_output_embeddings()
+    return head.lm_head_logprobs(
+        hidden[:, -logits_to_keep - 1 : -1],
+        lm_head.weight,
+        input_ids[:, -logits_to_keep:],
+        tier=tier,
+        bias=lm_head.bias,
+        temperature=temperature,
+        entropy=entropy,
+        vocab_chunk=vocab_chunk,
+    )
 
 
 # ---- sampling --------------------------------------------------------------------------------------
