@@ -76,11 +76,12 @@ def _trl_as_shipped():
     assert trl.trainer.utils.selective_log_softmax is TRL_OWN
 
 
-def run(tmp_path, patched: bool) -> dict:
-    """One GRPO step; what generate() and the training forward saw, and the weights after."""
+def run(tmp_path, patched: bool, stock_trainer: bool = False) -> dict:
+    """One GRPO step; what generate() and the training forward saw, and the weights after. patched: the model in the
+    exact tier and install(); stock_trainer: TRL's own GRPOTrainer even then (rl_kernel's fused head installed)."""
     if patched:
         rl_trl.install()
-    base = rl_trl.ExactGRPOTrainer if patched else trl.GRPOTrainer
+    base = rl_trl.ExactGRPOTrainer if patched and not stock_trainer else trl.GRPOTrainer
     seen: dict = {"generate": [], "train": []}
 
     class Recording(base):
@@ -163,6 +164,34 @@ def test_exact_grpo_trainer_rollout_equals_training_and_runs_repeat(tmp_path):
     assert not differ, differ
     moved = model().state_dict()
     assert any(not bits_equal(moved[k], first["weights"][k]) for k in moved)  # the step changed the weights
+
+
+def test_stock_grpo_trainer_with_the_installed_head_is_exact(tmp_path):
+    """TRL >= 1.16's own GRPOTrainer scores through add_fused_lm_head: install() puts rl_kernel's there, and a
+    patched model's rollout log-probs then equal the training forward's."""
+    if not hasattr(trl.trainer.utils, "add_fused_lm_head"):
+        pytest.skip(f"TRL {trl.__version__} has no fused LM head (added in 1.16): nothing to replace")
+    seen = run(tmp_path, patched=True, stock_trainer=True)
+    assert trl.trainer.grpo_trainer.add_fused_lm_head is rl_trl.add_fused_lm_head
+    rollout, train = rollout_vs_train(seen, trl.trainer.utils.selective_log_softmax)
+    assert rollout.numel() >= BATCH
+    d = diff(rollout, train)
+    assert d.equal, d.summary()
+
+
+def test_an_unpatched_model_keeps_trls_head(tmp_path):
+    """install() changes nothing for a model that is not patched: TRL's own head scores it (the control)."""
+    if not hasattr(trl.trainer.utils, "add_fused_lm_head"):
+        pytest.skip(f"TRL {trl.__version__} has no fused LM head (added in 1.16): nothing to replace")
+    rl_trl.install()
+    m = model()
+    rl_trl.add_fused_lm_head(m, temperature=TEMPERATURE)
+    ids = torch.randint(3, VOCAB, (2, 7))
+    got = m(input_ids=ids, labels=ids, fused_lm_head=True).log_probs
+    want = TRL_OWN(m(input_ids=ids).logits[:, :-1], ids[:, 1:], TEMPERATURE)
+    assert float((got - want).abs().max()) < 1e-4  # TRL's own chunked head: close, not claimed equal
+    with pytest.raises(NotImplementedError, match="is_top1"):
+        rl_trl.add_fused_lm_head(rl_hf.patch(model()), outputs=("log_probs", "is_top1"))
 
 
 def test_stock_grpo_trainer_differs(tmp_path):

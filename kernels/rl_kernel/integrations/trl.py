@@ -9,18 +9,21 @@ side. It adds a fused LM head (`trl.trainer.utils.add_fused_lm_head`) and comput
 backward are bypassed, and those chunks are another reduction than generate()'s logits go through. So swapping the
 import of selective_log_softmax (rl_kernel.integrations.frameworks) does nothing for GRPOTrainer.
 
-The fix, here and not in TRL: `ExactGRPOTrainer`, a GRPOTrainer whose `_get_per_token_logps_and_entropies` runs the
-model's ordinary forward (the patched lm_head, `logits_to_keep` positions only), divides by the temperature with
-one correctly rounded division per element (frameworks.divide_by_temperature, as generate()'s temperature warper
-does on the CPU) and takes the log-probs with rl_kernel's token_logprobs (entropies: rl_kernel.entropy), both
-batch invariant and differentiable through rl_kernel's deterministic backward. `selective_log_softmax` is the same
-function in TRL 1.16's signature, for the rollout side (a user scoring generate()'s logits); `install()` puts it in
-place of TRL's own so that TRL code and user code calling `trl.trainer.utils.selective_log_softmax` get it.
+The fix, here and not in TRL, two ways:
+- `ExactGRPOTrainer`, a GRPOTrainer whose `_get_per_token_logps_and_entropies` runs the patched decoder and scores
+  the completions from its hidden states through rl_kernel's fused head (rl_kernel.lm_head_logprobs, via
+  integrations.transformers.completion_logprobs: the logits are never materialised, as in TRL's head), with the
+  temperature divided as generate()'s warper divides (frameworks.divide_by_temperature). TRL 1.10 and 1.16.
+- `install()` (TRL >= 1.16): rl_kernel's `add_fused_lm_head` in place of TRL's, so the stock GRPOTrainer (and
+  DPO/KTO, which call the same head) score a patched model exactly; an unpatched model keeps TRL's head.
+`selective_log_softmax` is the same function in TRL 1.16's signature, for the rollout side (a user scoring
+generate()'s logits); install() puts it in place of TRL's own too.
 
     from rl_kernel.integrations import transformers as rl_hf
     from rl_kernel.integrations.trl import ExactGRPOTrainer
     model = rl_hf.patch(model, tier="exact")
     trainer = ExactGRPOTrainer(model=model, reward_funcs=..., args=GRPOConfig(...), ...)
+    # or: rl_kernel.integrations.trl.install(); trainer = trl.GRPOTrainer(model=model, ...)
 
 Text-only dense models (no images, no MoE aux loss): anything else raises NotImplementedError rather than
 silently falling back. Tested with TRL 1.10.0 and 1.16.0 (transformers 5.24, accelerate 1.16, datasets 5.2, torch
@@ -35,7 +38,7 @@ from typing import Any
 import torch
 
 from rl_kernel.integrations.frameworks import divide_by_temperature
-from rl_kernel.ops.softmax import entropy, token_logprobs
+from rl_kernel.ops.softmax import token_logprobs
 
 TESTED = ("1.10.0", "1.16.0")  # TRL versions tests/integrations/test_trl.py passed with (the range's two ends)
 
@@ -53,12 +56,19 @@ def selective_log_softmax(
 
 
 def per_token_logps(model, input_ids, attention_mask, logits_to_keep: int, temperature: float, want_entropy: bool):
-    """The last `logits_to_keep` tokens' log-probs (and entropies) under the model's ordinary forward."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=logits_to_keep + 1).logits
-    logits = logits[:, :-1][:, -logits_to_keep:]  # position i scores token i + 1
-    scaled = divide_by_temperature(logits, temperature)
-    logps = token_logprobs(scaled, input_ids[:, -logits_to_keep:])
-    return logps, (entropy(scaled) if want_entropy else None)
+    """The last `logits_to_keep` tokens' log-probs (and entropies) of a patched model, through its fused head
+    (integrations.transformers.completion_logprobs: the decoder's hidden states, never the logits): bit for bit
+    selective_log_softmax of generate()'s logits with the same temperature."""
+    from rl_kernel.integrations.transformers import completion_logprobs
+
+    out = completion_logprobs(
+        model, input_ids, attention_mask, logits_to_keep, temperature=_temperature(temperature), entropy=want_entropy
+    )
+    return out if want_entropy else (out, None)
+
+
+def _temperature(t: float) -> float | None:
+    return None if t == 1.0 else float(t)
 
 
 def _make_trainer_class():
@@ -101,30 +111,107 @@ def _make_trainer_class():
 _CLASSES: dict[str, type] = {}
 
 
-_REPLACED: list[tuple[Any, Any]] = []  # (module, TRL's own function) that install() replaced
+# ---- TRL's fused LM head (TRL >= 1.16), exact on a patched model -------------------------------------------
+_FUSED_OUTPUTS = ("log_probs", "entropy")  # of TRL's FusedCausalLMOutput fields, the ones computed here
+_TRL_ADD_FUSED: list[Any] = []  # TRL's own add_fused_lm_head, while install() has replaced it
+
+
+def add_fused_lm_head(
+    model, temperature: float = 1.0, cast_lm_head_to_fp32: bool = False, outputs: tuple[str, ...] = ("log_probs",)
+) -> None:
+    """TRL's add_fused_lm_head, exact for a model patched with rl_kernel: `model(..., labels=labels,
+    fused_lm_head=True)` returns a FusedCausalLMOutput whose log_probs (and entropy) come from rl_kernel's fused
+    head over the patched backbone's hidden states, bit for bit selective_log_softmax of generate()'s logits at the
+    same temperature. A model that is not patched gets TRL's own head (nothing to be exact with)."""
+    from rl_kernel.integrations.transformers import tier_of
+
+    if tier_of(model) is None:
+        return _trl_add_fused()(model, temperature, cast_lm_head_to_fp32, outputs)
+    unknown = [o for o in outputs if o not in _FUSED_OUTPUTS]
+    if unknown:
+        raise NotImplementedError(f"rl_kernel's fused LM head computes {_FUSED_OUTPUTS}, not {unknown}")
+    if cast_lm_head_to_fp32:
+        raise ValueError(
+            "rl_kernel: cast_lm_head_to_fp32 would score with another lm_head than generate() samples from; the "
+            "patched model's head is already exact (set GRPOConfig(cast_lm_head_to_fp32=False))"
+        )
+    import functools
+    import types
+
+    original = model.forward
+
+    @functools.wraps(type(model).forward)
+    def forward(self, *args, fused_lm_head=False, labels=None, shift_labels=None, num_items_in_batch=None, **kw):
+        if not fused_lm_head:
+            extra = {"labels": labels, "shift_labels": shift_labels, "num_items_in_batch": num_items_in_batch}
+            return original(*args, **kw, **{k: v for k, v in extra.items() if v is not None})
+        return _fused_output(self, args, kw, labels, shift_labels, num_items_in_batch, temperature, outputs)
+
+    model.forward = types.MethodType(forward, model)
+
+
+def _fused_output(model, args, kw, labels, shift_labels, num_items_in_batch, temperature, outputs):
+    from trl.trainer.utils import FusedCausalLMOutput
+
+    from rl_kernel.head import lm_head_logprobs
+    from rl_kernel.integrations.transformers import tier_of
+
+    used = sorted(k for k in ("output_router_logits", "pixel_values") if kw.get(k))
+    if used:
+        raise NotImplementedError(f"rl_kernel's fused LM head: text-only dense models (got {used})")
+    kw["use_cache"] = False
+    hidden = model.get_decoder()(*args, **kw).last_hidden_state
+    if shift_labels is None:
+        hidden, labels = hidden[:, :-1], labels[:, 1:]
+    else:
+        labels = shift_labels
+    mask = labels != -100
+    lm_head = model.get_output_embeddings()
+    logp, ent = lm_head_logprobs(
+        hidden, lm_head.weight, labels, tier=tier_of(model), bias=lm_head.bias,
+        temperature=_temperature(temperature), entropy=True,
+    )  # fmt: skip
+    ent = ent.masked_fill(~mask, 0.0) if "entropy" in outputs else None
+    count = mask.sum().clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    return FusedCausalLMOutput(loss=-logp.sum() / count, log_probs=logp, entropy=ent, label_mask=mask)
+
+
+def _trl_add_fused():
+    import trl.trainer.utils as tu
+
+    return _TRL_ADD_FUSED[0] if _TRL_ADD_FUSED else tu.add_fused_lm_head
+
+
+# ---- install / uninstall -----------------------------------------------------------------------------------
+_REPLACED: list[tuple[Any, str, Any]] = []  # (module, name, TRL's own function) that install() replaced
 
 
 def install() -> None:
-    """Put the exact selective_log_softmax in place of TRL's (trl.trainer.utils and the trl modules that imported
-    it); uninstall() puts TRL's back."""
+    """Put the exact selective_log_softmax and (TRL >= 1.16) add_fused_lm_head in place of TRL's, in
+    trl.trainer.utils and every trl module that imported them; uninstall() puts TRL's back."""
     import sys
 
     import trl.trainer.utils as tu
 
-    original = tu.selective_log_softmax
-    if original is selective_log_softmax:
-        return
-    for module in list(sys.modules.values()):
-        name = getattr(module, "__name__", "") or ""
-        if name.split(".")[0] == "trl" and getattr(module, "selective_log_softmax", None) is original:
-            _REPLACED.append((module, original))
-            module.selective_log_softmax = selective_log_softmax
+    ours = {"selective_log_softmax": selective_log_softmax, "add_fused_lm_head": add_fused_lm_head}
+    for name, mine in ours.items():
+        original = getattr(tu, name, None)
+        if original is None or original is mine:
+            continue  # TRL < 1.16 has no fused head; already installed
+        if name == "add_fused_lm_head":
+            _TRL_ADD_FUSED.append(original)
+        for module in list(sys.modules.values()):
+            modname = getattr(module, "__name__", "") or ""
+            if modname.split(".")[0] == "trl" and getattr(module, name, None) is original:
+                _REPLACED.append((module, name, original))
+                setattr(module, name, mine)
 
 
 def uninstall() -> None:
     while _REPLACED:
-        module, original = _REPLACED.pop()
-        module.selective_log_softmax = original
+        module, name, original = _REPLACED.pop()
+        setattr(module, name, original)
+    _TRL_ADD_FUSED.clear()
 
 
 def __getattr__(name: str) -> Any:
