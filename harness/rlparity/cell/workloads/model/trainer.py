@@ -11,6 +11,7 @@ import torch
 
 import rl_kernel
 from rl_kernel.bitwise import digest
+from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
 from rlparity.cell.workloads.model.rollout import CLIP, Prompts, Rollout, padded, unpadded
 
@@ -92,12 +93,21 @@ def _weights(model) -> dict[str, torch.Tensor]:
 
 
 def micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, device) -> torch.Tensor:
-    """Token log-probs [n, N] of the completions under one right-padded forward with autograd on."""
+    """Token log-probs [n, N] of the completions under one right-padded forward with autograd on. A patched model
+    scores them from the decoder's hidden states through its tier's fused head (rl_kernel.lm_head_logprobs: the
+    logits are never made); a stock one through its logits."""
     new = completions.shape[1]
     ids, mask = padded(seqs, right=True)
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-    rows = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
-    return rl_kernel.token_logprobs(rows.float(), completions.to(device))
+    ids, mask = ids.to(device), mask.to(device)
+    tier = hf.tier_of(model)
+    if tier is None:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        rows = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
+        return rl_kernel.token_logprobs(rows.float(), completions.to(device))
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    rows = torch.stack([hidden[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
+    lm_head = model.get_output_embeddings()
+    return rl_kernel.lm_head_logprobs(rows, lm_head.weight, completions.to(device), tier=tier, bias=lm_head.bias)
 
 
 def golden_outputs(r: Rollout, step: StepResult) -> dict[str, str]:
