@@ -28,7 +28,7 @@ depends on its own row only) and, for the exact tier, the same on every device; 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -99,47 +99,93 @@ def _gemms(tier: str) -> _Gemms:
 
 
 # ---- the walk over vocabulary chunks ---------------------------------------------------------------
+def _single(t: torch.Tensor) -> list[torch.Tensor]:
+    return [t]
+
+
 @dataclass(frozen=True)
 class _Plan:
+    """What a call computes, and where: `ranks` are every rank's columns of the vocabulary (one rank, all of
+    them, on one device), `me` this rank, `exchange` the all-gather between ranks (one device: none)."""
+
     tier: str
     vocab_size: int
     chunk: int
     temperature: float | None
     ignore_index: int
     want_entropy: bool
+    ranks: tuple[parallel.Slice, ...]
+    me: int = 0
+    exchange: parallel.Exchange = field(default=_single, compare=False)
 
-    def slices(self, rows: int) -> list[parallel.Slice]:
-        starts = range(0, rows, self.chunk)
-        return [parallel.Slice(s, min(self.chunk, rows - s), self.vocab_size) for s in starts]
+    @property
+    def rows(self) -> int:
+        """The whole head's weight rows (its N: the fast tier's BLOCK_K is pinned per (N, K))."""
+        return sum(r.width for r in self.ranks)
+
+    def chunks(self, rank: int) -> list[parallel.Slice]:
+        """A rank's columns in chunks of `chunk` (global columns; the last may be narrower)."""
+        own = self.ranks[rank]
+        ends = range(own.start, own.start + own.width, self.chunk)
+        return [parallel.Slice(s, min(self.chunk, own.start + own.width - s), self.vocab_size) for s in ends]
+
+    def nodes(self, rank: int) -> tuple[list[int], list[int]]:
+        """The (levels, indices) of a rank's chunks' maximal nodes, left to right."""
+        found = [n for s in self.chunks(rank) for n in s.nodes]
+        return [lv for lv, _ in found], [ix for _, ix in found]
+
+    def ordered(self) -> list[int]:
+        return sorted(range(len(self.ranks)), key=lambda k: self.ranks[k].start)
 
 
 def _chunk_logits(g: _Gemms, plan: _Plan, h, weight, bias, s: parallel.Slice) -> torch.Tensor:
-    w = weight.narrow(0, s.start, s.width)
-    b = None if bias is None else bias.narrow(0, s.start, s.width)
-    z = g.logits(h, w, b, weight.shape[0])
+    """Chunk s's logits (divided by the temperature); weight/bias are this rank's rows."""
+    at = s.start - plan.ranks[plan.me].start
+    w = weight.narrow(0, at, s.width)
+    b = None if bias is None else bias.narrow(0, at, s.width)
+    z = g.logits(h, w, b, plan.rows)
     return z if plan.temperature is None else divide_by_temperature(z, plan.temperature)
+
+
+def _joined(plan: _Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Every rank's node values (this rank's: `mine`), exchanged and concatenated in column order, with their
+    levels and indices."""
+    counts = [len(plan.nodes(r)[0]) for r in range(len(plan.ranks))]
+    shape = list(mine.shape)
+    shape[node_dim] = max(counts) - mine.shape[node_dim]  # all-gather needs equal shapes
+    parts = plan.exchange(torch.cat([mine, mine.new_zeros(shape)], dim=node_dim).contiguous())
+    values, levels, indices = [], [], []
+    for r in plan.ordered():
+        values.append(parts[r].narrow(node_dim, 0, counts[r]))
+        lv, ix = plan.nodes(r)
+        levels += lv
+        indices += ix
+    return torch.cat(values, dim=node_dim), levels, indices
 
 
 def _forward(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     g = _gemms(plan.tier)
-    slices = plan.slices(weight.shape[0])
+    chunks = plan.chunks(plan.me)
     nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)
-    for s in slices:
+    for s in chunks:
         z = _chunk_logits(g, plan, h, weight, bias, s)
         nodes.append(parallel.local_stats(z, s))
         local = (tokens - s.start).clamp(0, s.width - 1)
         picked = torch.where(s.owns(tokens), z.gather(-1, local.unsqueeze(-1)).squeeze(-1).float(), picked)
-    stats = parallel.join_stats(nodes, slices)
-    logp = parallel.join_token_logprobs([parallel._logprob(picked, stats)], tokens, [_whole(plan)], plan.ignore_index)
+    stats = ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
+    own = plan.ranks[plan.me]
+    mine = torch.where(own.owns(tokens), parallel._logprob(picked, stats), torch.zeros_like(picked))
+    logp = parallel.join_token_logprobs(plan.exchange(mine.contiguous()), tokens, plan.ranks, plan.ignore_index)
     ent = None
     if plan.want_entropy:
-        parts = [parallel.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in slices]
-        ent = parallel.join_entropy(parts, stats, slices)
+        parts = [parallel.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in chunks]
+        ent = ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
     return logp, stats, ent
 
 
-def _whole(plan: _Plan) -> parallel.Slice:
-    return parallel.Slice(0, plan.vocab_size, plan.vocab_size)
+def _with_stats(joined: tuple, stats: torch.Tensor) -> tuple:
+    values, levels, indices = joined
+    return values, stats, levels, indices
 
 
 def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
@@ -147,7 +193,7 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     g = _gemms(plan.tier)
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
     dws, dbs = [], []
-    for s in plan.slices(weight.shape[0]):
+    for s in plan.chunks(plan.me):
         z = _chunk_logits(g, plan, h, weight, bias, s)
         d = None
         if g_logp is not None:
@@ -164,16 +210,27 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
         if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to z's dtype
             d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(h.dtype)
         if dh is not None:
-            dh += g.dx(d, weight.narrow(0, s.start, s.width))
+            dh += g.dx(d, weight.narrow(0, s.start - plan.ranks[plan.me].start, s.width))
         if need[1]:
             dws.append(g.dw(d, h))
         if need[2]:
             dbs.append(g.db(d))
     return (
-        None if dh is None else _round(dh, h.dtype),
+        None if dh is None else _round(_sum_ranks(plan, dh), h.dtype),
         torch.cat(dws) if need[1] else None,
         torch.cat(dbs) if need[2] else None,
     )
+
+
+def _sum_ranks(plan: _Plan, mine: torch.Tensor) -> torch.Tensor:
+    """dHidden's fp32 partials of every rank (all-gathered, never a SUM all-reduce) added in column order."""
+    if len(plan.ranks) == 1:
+        return mine
+    parts = plan.exchange(mine.contiguous())
+    total = torch.zeros_like(mine)
+    for r in plan.ordered():
+        total += parts[r]
+    return total
 
 
 _CANONICAL_NAN = {
@@ -209,8 +266,9 @@ class _Head(torch.autograd.Function):
 
 
 # ---- the public functions ---------------------------------------------------------------------------
-def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier) -> int:
-    """Clear errors naming the argument; returns the vocabulary size."""
+def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced: bool = False) -> int:
+    """Clear errors naming the argument; returns the vocabulary size. sliced: weight is one rank's rows (its
+    vocab_size is the whole vocabulary's, checked by the layout)."""
     for name, t in (("hidden", hidden), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"rl_kernel.lm_head_logprobs: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -241,7 +299,7 @@ def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, t
         check_tensors("lm_head_logprobs", hidden=hidden, weight=weight, bias=bias)
         require_triton()
     vocab = weight.shape[0] if vocab_size is None else int(vocab_size)
-    if not 1 <= vocab <= weight.shape[0]:
+    if not 1 <= vocab <= (vocab if sliced else weight.shape[0]):
         raise ValueError(
             f"rl_kernel.lm_head_logprobs: vocab_size {vocab} must be in [1, {weight.shape[0]}] (the weight's rows; "
             "rows past vocab_size are padding)"
@@ -272,16 +330,57 @@ def lm_head_logprobs(
     differentiable in hidden, weight and bias. ignore_index positions give 0 (and no gradient); with
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
     vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
+    whole = (parallel.Slice(0, weight.shape[0], vocab),)
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy), whole)
+    return _apply(plan, hidden, weight, tokens, bias, validate)
+
+
+def _apply(plan: _Plan, hidden, weight, tokens, bias, validate: bool):
+    """Tokens checked, leading dimensions flattened, the autograd Function, the shapes restored."""
     tokens = check_tokens(hidden[..., :1].expand(*hidden.shape[:-1], 1), tokens, "hidden")
     if validate:
-        check_token_range(tokens, vocab, ignore_index)
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy))
+        check_token_range(tokens, plan.vocab_size, plan.ignore_index)
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens.reshape(-1), plan)
-    if entropy:
+    if plan.want_entropy:
         return out[0].view(lead), out[1].view(lead)
     return out.view(lead)
+
+
+def vocab_parallel(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    tokens: torch.Tensor,
+    group=None,
+    *,
+    vocab_start: int,
+    vocab_size: int,
+    tier: str = "exact",
+    bias: torch.Tensor | None = None,
+    temperature: float | None = None,
+    entropy: bool = False,
+    ignore_index: int = IGNORE,
+    vocab_chunk: int = VOCAB_CHUNK,
+    validate: bool = True,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The fused head over a vocab-parallel lm_head (rl_kernel.parallel.lm_head_logprobs documents it)."""
+    vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
+    if vocab_start % parallel.CHUNK or vocab_start < 0:
+        raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_start must be a multiple of 8, got {vocab_start}")
+    exchange = parallel.all_gather_exchange(group)
+    me, _ = parallel._world(group)
+    row = torch.tensor([int(vocab_start), weight.shape[0], vocab, int(vocab_chunk)], dtype=torch.int64)
+    rows = [r.cpu().tolist() for r in exchange(row.to(weight.device))]
+    if len({r[3] for r in rows}) != 1:
+        raise ValueError(
+            f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {[r[3] for r in rows]}"
+        )
+    ranks = tuple(parallel.Slice(*r[:3]) for r in rows)
+    parallel.check_layout(ranks)
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy), ranks, me,
+                 exchange)  # fmt: skip
+    return _apply(plan, hidden, weight, tokens, bias, validate)
 
 
 def unfused(

@@ -318,6 +318,19 @@ def entropy(local_logits: torch.Tensor, group=None, *, vocab_start: int, vocab_s
     return _Entropy.apply(local_logits, slices, me, all_gather_exchange(group))
 
 
+def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, group=None, **kw):
+    """The fused LM head (rl_kernel.lm_head_logprobs) over a vocab-parallel lm_head: this rank holds rows
+    [vocab_start, vocab_start + W) of the weight (keywords vocab_start, vocab_size; the others as
+    lm_head_logprobs). hidden is the replicated activations. Every rank gets the log-probs (and entropy) of the
+    whole vocabulary, bit for bit the single-device fused head's; this rank's dWeight/dBias are exactly its rows
+    of the single-device ones. dHidden is complete on every rank (each rank's fp32 partial all-gathered and
+    added in column order: never a SUM all-reduce; do not all-reduce it again): deterministic and the same on
+    every rank, but summed by rank, so its last bits depend on the layout (docs/numerics.md 12.3)."""
+    from rl_kernel.head import vocab_parallel
+
+    return vocab_parallel(hidden, weight, tokens, group, **kw)
+
+
 # ---- one process: every rank's kernel on its slice, the exchange a concatenation ------------------
 def simulate(
     logits: torch.Tensor, widths: Sequence[int], vocab_size: int | None = None

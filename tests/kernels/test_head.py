@@ -9,12 +9,17 @@ equality compares integer views of the bits (rl_kernel.bitwise).
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 import rl_kernel
+import rl_kernel.parallel as P
 from rl_kernel import head, inputs
 from rl_kernel.bitwise import bits_equal, diff
 
@@ -141,6 +146,58 @@ def test_shapes_are_kept() -> None:
     out = head.lm_head_logprobs(h.view(2, 3, 16), w, tok.view(2, 3))
     assert out.shape == (2, 3) and out.dtype == torch.float32
     assert_bits(out.view(-1), head.lm_head_logprobs(h, w, tok), "[2, 3] == [6]")
+
+
+# ---- vocab-parallel ranks ------------------------------------------------------------------------------------
+def test_one_rank_is_the_single_device_head() -> None:
+    """Without torch.distributed a rank holds the whole vocabulary: rl_kernel.parallel.lm_head_logprobs is the
+    single-device fused head, dHidden included."""
+    h, w, tok = case(6, 16, 1000, torch.bfloat16, seed=8)
+    fused = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=128)
+    par = run(P.lm_head_logprobs, h, w, tok, vocab_chunk=128, vocab_start=0, vocab_size=1000)
+    for name, i in (("log-probs", 0), ("entropy", 1), ("dHidden", 2), ("dWeight", 3)):
+        assert_bits(par[i], fused[i], name)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, widths: list[int], vocab: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        h, w, tok = case(5, 16, sum(widths), torch.bfloat16, seed=4, vocab=vocab)
+        start = sum(widths[:rank])
+        got = run(P.lm_head_logprobs, h, w[start : start + widths[rank]], tok, vocab_chunk=64, vocab_start=start,
+                  vocab_size=vocab, temperature=0.9)  # fmt: skip
+        torch.save(got[:4], f"{out}.{rank}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("vocab,widths", [(1000, [504, 496]), (997, [256, 496, 152, 96])], ids=["tp2", "tp4-padded"])
+def test_gloo_ranks_give_the_single_device_bits(tmp_path, vocab: int, widths: list[int]) -> None:
+    """Real processes (gloo): every rank's log-probs and entropy are the single-device fused head's bits, its
+    dWeight its rows of the single-device one; dHidden the same on every rank and accurate."""
+    out = str(tmp_path / "rank")
+    mp.start_processes(
+        _rank_main, args=(len(widths), _free_port(), widths, vocab, out), nprocs=len(widths), start_method="spawn"
+    )
+    h, w, tok = case(5, 16, sum(widths), torch.bfloat16, seed=4, vocab=vocab)
+    want = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=64, vocab_size=vocab, temperature=0.9)
+    first = None
+    for rank in range(len(widths)):
+        lp, ent, dh, dw = torch.load(f"{out}.{rank}")
+        start = sum(widths[:rank])
+        assert_bits(lp, want[0], f"rank {rank} log-probs")
+        assert_bits(ent, want[1], f"rank {rank} entropy")
+        assert_bits(dw, want[3][start : start + widths[rank]], f"rank {rank} dWeight rows")
+        first = dh if first is None else first
+        assert_bits(dh, first, f"rank {rank} dHidden == rank 0's")
+    assert (first.double() - want[2].double()).abs().max() <= want[2].double().abs().max() * 2**-6
 
 
 # ---- memory ---------------------------------------------------------------------------------------------
