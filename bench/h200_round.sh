@@ -6,7 +6,8 @@
 #   quick gate on cpu + sm90 (edges cells included), selftest's controls and the mutations on sm90, timings;
 #   the Hugging Face integration (hf: its tests on the GPU; model: the model cells; mbench: an RL step's time);
 #   the fast tier (fast: selfcheck --tier fast and its sm_90 golden digests recorded into $OUT/golden-fast;
-#   sm90: the quick matrix's sm90 cells, both tiers, and their recorded digests; fbench: bench/fast_h200.py).
+#   sm90: the quick matrix's sm90 cells, both tiers, and their recorded digests; fbench: bench/fast_h200.py;
+#   fhead: bench/bench_fused_head.py, the fused LM head against the unfused one at the RL step's size).
 #   A fresh build's _C.so is copied to $OUT (carry it back as kernels/rl_kernel/ to skip the next build).
 # Usage (from the repository root on the GPU machine): bash bench/h200_round.sh "$OUT" [STEP...]
 # junitparser travels as a wheel in .whl/ (no network there); STEPs default to all. STEP_TIMEOUT caps each
@@ -84,6 +85,7 @@ for s in $steps; do
           cp harness/rlparity/data/golden/fast.json "$out/harness-fast.json" 2>/dev/null
           flatten sm90 ;;
     fbench) step fast-bench python3 bench/fast_h200.py ;;
+    fhead) step fused-head python3 bench/bench_fused_head.py --json "$out/fused_head.json" ;;
     fastctl) # Negative controls through the gate on the sm90 cells whose digests are recorded: a split-K of the
              # fast linear (RL_KERNEL_FAST_CONTROL=split-k) must move the bits and the gate must exit 1; BLOCK_K 32
              # instead of 64 (seventh session: moved no bit on sm_90, one wgmma k16 chain either way) is kept beside it.
