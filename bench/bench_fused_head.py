@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_row import queued, synced  # noqa: E402
+from bench_row import queued, synced
 
-import rl_kernel  # noqa: E402
-from rl_kernel import head  # noqa: E402
-from rl_kernel.bitwise import bits_equal  # noqa: E402
+import rl_kernel
+from rl_kernel import head
+from rl_kernel.bitwise import bits_equal
 
 
 def inputs(tokens: int, hidden: int, vocab: int):
