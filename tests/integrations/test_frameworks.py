@@ -44,3 +44,19 @@ def test_gradients_flow_through_the_drop_ins() -> None:
     ref = x.clone().requires_grad_()
     rl_kernel.token_logprobs(ref, t).sum().backward()
     assert bits_equal(leaf.grad, ref.grad)
+
+
+def test_verl_fused_linear_for_ppo(device: str) -> None:
+    """verl's FusedLinearForPPO signature: (log_probs, entropy) of hidden @ W^T / T, the unfused path's bits, and a
+    gradient into the hidden states and the weight."""
+    g = torch.Generator().manual_seed(3)
+    hidden = torch.randn(2, 5, 32, generator=g).bfloat16().to(device).requires_grad_()
+    weight = (torch.randn(300, 32, generator=g) * 0.2).bfloat16().to(device).requires_grad_()
+    ids = torch.randint(0, 300, (2, 5), generator=g).to(device)
+    fused = integrations.FusedLinearForPPO(chunk_size=7)
+    for t in (1.0, 0.6):
+        logp, ent = fused(hidden, weight, ids, temperature=t)
+        want = rl_kernel.head.unfused(hidden, weight, ids, temperature=None if t == 1.0 else t, entropy=True)
+        assert bits_equal(logp, want[0]) and bits_equal(ent, want[1])
+    (logp.sum() + ent.sum()).backward()
+    assert hidden.grad is not None and weight.grad is not None and bool(weight.grad.abs().sum() > 0)

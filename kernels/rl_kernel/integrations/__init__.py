@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from rl_kernel.integrations.frameworks import (
+    FusedLinearForPPO,
     divide_by_temperature,
     entropy_from_logits,
     log_probs_from_logits,
@@ -19,6 +20,7 @@ from rl_kernel.integrations.frameworks import (
 from rl_kernel.integrations.oldlogprobs import old_logprobs
 
 __all__ = [
+    "FusedLinearForPPO",
     "divide_by_temperature",
     "entropy_from_logits",
     "log_probs_from_logits",

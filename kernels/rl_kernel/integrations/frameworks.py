@@ -7,6 +7,9 @@ for every batch). Each has its framework's signature; replace the framework's im
           ->  from rl_kernel.integrations import selective_log_softmax
     OpenRLHF  from openrlhf.models.utils import log_probs_from_logits
           ->  from rl_kernel.integrations import log_probs_from_logits
+    verl's fused kernels (use_fused_kernels: log-probs and entropy from the hidden states)
+              from verl.utils.experimental.torch_functional import FusedLinearForPPO
+          ->  from rl_kernel.integrations import FusedLinearForPPO
 
 All return float32 log-probs (entropies) of the shape of labels (of logits without its last dimension),
 differentiable through rl_kernel's deterministic backward.
@@ -52,3 +55,32 @@ def divide_by_temperature(logits: torch.Tensor, temperature: float) -> torch.Ten
     if not temperature > 0:
         raise ValueError(f"rl_kernel: temperature must be > 0, got {temperature}")
     return logits.float() / torch.full((), temperature, dtype=torch.float32, device=logits.device)
+
+
+class FusedLinearForPPO(torch.nn.Module):
+    """verl's FusedLinearForPPO (use_fused_kernels): `forward(hidden_states, vocab_weights, input_ids,
+    temperature=1.0) -> (log_probs, entropy)` without materialising the logits, through rl_kernel's fused head
+    (rl_kernel.lm_head_logprobs) in `tier`. Bit for bit token_logprobs / entropy of the tier's logits divided by the
+    temperature as generate() divides (divide_by_temperature; verl divides in the logits' dtype, so at a
+    temperature other than 1 the bits are rl_kernel's, not verl's). chunk_size is verl's token chunk: accepted for
+    its signature; rl_kernel's chunks are over the vocabulary (vocab_chunk), fixed, never chosen from the batch."""
+
+    def __init__(self, chunk_size: int = 512, *, tier: str = "exact", vocab_chunk: int | None = None) -> None:
+        super().__init__()
+        from rl_kernel.head import VOCAB_CHUNK
+
+        self.chunk_size, self.tier, self.vocab_chunk = chunk_size, tier, vocab_chunk or VOCAB_CHUNK
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        vocab_weights: torch.Tensor,
+        input_ids: torch.Tensor,
+        temperature: float = 1.0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        from rl_kernel.head import lm_head_logprobs
+
+        return lm_head_logprobs(
+            hidden_states, vocab_weights, input_ids, tier=self.tier, entropy=True,
+            temperature=None if temperature == 1.0 else temperature, vocab_chunk=self.vocab_chunk,
+        )  # fmt: skip
