@@ -121,8 +121,25 @@ def test_dhidden_is_accurate_against_float64() -> None:
     assert (got.double() - hd.grad).abs().max() <= 1e-5 * hd.grad.abs().max()
 
 
+def test_dhidden_is_one_rounding_of_the_chunks_fp32_sum() -> None:
+    """Over 512 chunks, dHidden is within one rounding of the exact product of the unfused logit gradient and the
+    weight: the chunks' partials are added in fp32 and rounded once, never rounded per chunk."""
+    h, w, tok = case(8, 32, 4096, torch.bfloat16, seed=12)
+    dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
+    logits = rl_kernel.linear(h, w).requires_grad_()
+    logp, ent = rl_kernel.token_logprobs(logits, tok), rl_kernel.entropy(logits)
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    ((logp * a).sum() + (ent * b).sum()).backward()
+    exact = logits.grad.double() @ w.double()  # the logit gradient is the unfused one (test above), its bits
+    ulp = (exact.abs().float().bfloat16().float().view(torch.int32) + (1 << 16)).view(torch.float32).double()
+    ulp = ulp - exact.abs().float().bfloat16().double()  # one bf16 ulp at each element's magnitude
+    err = (dh.double() - exact).abs()
+    assert bool((err <= 0.5 * ulp + exact.abs() * 2**-20 + 2**-133).all()), float((err / ulp).max())
+
+
 def test_only_the_used_output_has_a_gradient() -> None:
-    """An unused entropy adds nothing (not even a +0 that could turn a -0 around) to the logits' gradient."""
+    """An unused entropy output takes no part in the backward: dWeight is that of the log-probs alone."""
     h, w, tok = case(5, 16, 300, torch.bfloat16, seed=2)
     hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
     logp, _ = head.lm_head_logprobs(hg, wg, tok, entropy=True, vocab_chunk=64)
