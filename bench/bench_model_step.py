@@ -8,7 +8,9 @@ The model: Qwen3-shaped (rlparity.cell.workloads.model.build: random weights fro
 - rollout: generate() of --new (64) tokens for --batch (32) prompts of 64..256 tokens, left padded, greedy;
 - training step: one forward over --train-batch x --train-len (8 x 1024) tokens with autograd, token
   log-probs (rl_kernel.token_logprobs patched; log_softmax + gather stock), the GRPO clipped loss, backward,
-  AdamW (torch.optim.AdamW for stock and fast, whose promise is one architecture; ExactAdamW for exact);
+  AdamW (torch.optim.AdamW for stock and fast, whose promise is one architecture; ExactAdamW for exact); and,
+  patched, the same step with the log-probs from the fused head (rl_kernel.lm_head_logprobs over the decoder's
+  hidden states: train_fused_head), each with its peak memory;
 - check: generate() of --check-new (48) tokens for --check-batch (16) prompts keeping its logits, then the
   training forward (autograd on, right padded) over the same sequences: the logits compared bit for bit, and
   the first step's importance ratios exp(new - old) over the completion tokens (all exactly 1.0 when equal);
@@ -84,11 +86,27 @@ def stock_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), -1).gather(-1, tokens[..., None])[..., 0]
 
 
-def train_step(model, ids: torch.Tensor, opt, logprobs, clip: float = M.CLIP) -> None:
+def logits_scorer(logprobs):
+    """Token log-probs of the next tokens through the materialised logits (logprobs: stock or rl_kernel's)."""
+
+    def score(model, ids: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1]
+        return logprobs(logits, ids[:, 1:])
+
+    return score
+
+
+def fused_scorer(model, ids: torch.Tensor) -> torch.Tensor:
+    """The same log-probs through the patched model's fused head: the decoder's hidden states, no logits."""
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+    w = model.get_output_embeddings().weight
+    return rl_kernel.lm_head_logprobs(hidden[:, :-1], w, ids[:, 1:], tier=hf.tier_of(model))
+
+
+def train_step(model, ids: torch.Tensor, opt, score, clip: float = M.CLIP) -> None:
     """Forward over ids [B, T] (every token real), token log-probs of the next tokens, GRPO loss, backward, step."""
     opt.zero_grad(set_to_none=True)
-    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1]
-    lp = logprobs(logits, ids[:, 1:])
+    lp = score(model, ids)
     old = lp.detach()
     adv = torch.linspace(-1, 1, ids.shape[0], device=ids.device)[:, None]
     ratio = torch.exp(lp - old)
@@ -134,10 +152,15 @@ def run_tier(model, tier: str, args, check_p: M.Prompts, rollout_p: M.Prompts, t
     res["rollout"] = timings(lambda: rollout(model.eval(), rollout_p, args.new), reps)
     print(f"{tier}: rollout {res['rollout']}", flush=True)
     model.train()
-    logprobs = stock_logprobs if tier == "stock" else rl_kernel.token_logprobs
-    res["train"] = timings(lambda: train_step(model, train_ids, opt, logprobs), reps)
-    res["train_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
-    print(f"{tier}: train {res['train']}", flush=True)
+    heads = {"train": logits_scorer(stock_logprobs if tier == "stock" else rl_kernel.token_logprobs)}
+    if tier != "stock":
+        heads["train_fused_head"] = fused_scorer
+    for name, score in heads.items():
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        res[name] = timings(lambda score=score: train_step(model, train_ids, opt, score), reps)
+        res[f"{name}_peak_gb"] = torch.cuda.max_memory_allocated() / 1e9 if torch.cuda.is_available() else None
+        print(f"{tier}: {name} {res[name]} peak {res[f'{name}_peak_gb']} GB", flush=True)
     model.eval()
     if tier != "stock":
         hf.unpatch(model)
@@ -188,17 +211,19 @@ def main() -> int:
         record[tier] = run_tier(model, tier, args, check_p, rollout_p, train_ids)
     if "stock" in record:
         for tier in (t for t in ("fast", "exact") if t in record):
-            for what in ("rollout", "train"):
+            for what in ("rollout", "train", "train_fused_head"):
                 for how in ("synced_s", "queued_s"):
-                    record[tier][f"{what}_{how}_over_stock"] = record[tier][what][how] / record["stock"][what][how]
-    print("\ntier   rollout s (x stock)   train s (x stock)   generate == forward   ratios == 1")
+                    stock = record["stock"]["rollout" if what == "rollout" else "train"][how]
+                    record[tier][f"{what}_{how}_over_stock"] = record[tier][what][how] / stock
+    print("\ntier   rollout s (x stock)   train s (x stock)   fused-head train s (x stock)   generate == forward   "
+          "ratios == 1")  # fmt: skip
     for tier in args.tiers.split(","):
         r = record[tier]
-        ro, tr = r["rollout"]["synced_s"], r["train"]["synced_s"]
-        x = (f" ({r.get('rollout_synced_s_over_stock', 1):.2f}x)", f" ({r.get('train_synced_s_over_stock', 1):.2f}x)")
+        times = [r[w]["synced_s"] if w in r else float("nan") for w in ("rollout", "train", "train_fused_head")]
+        x = [f" ({r.get(f'{w}_synced_s_over_stock', 1):.2f}x)" for w in ("rollout", "train", "train_fused_head")]
         c = r["check"]
-        print(f"{tier:6} {ro:8.3f}{x[0]:12} {tr:8.3f}{x[1]:12} {c['logits_differ']:>10} differ   "
-              f"{c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip
+        print(f"{tier:6} {times[0]:8.3f}{x[0]:12} {times[1]:8.3f}{x[1]:12} {times[2]:8.3f}{x[2]:21} "
+              f"{c['logits_differ']:>10} differ   {c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps(record, indent=1))
     return 0
