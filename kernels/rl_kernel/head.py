@@ -94,7 +94,7 @@ _GEMMS: dict[str, Callable[[], _Gemms]] = {"exact": _exact, "fast": _fast}
 def _gemms(tier: str) -> _Gemms:
     t = tiers.get(tier)
     if t.name not in _GEMMS:
-        raise tiers.TierError(f"rl_kernel.lm_head_logprobs: the {t.name} tier has no fused head (exact, fast)")
+        raise tiers.TierError(f"rl_kernel: lm_head_logprobs: the {t.name} tier has no fused head (exact, fast)")
     return _GEMMS[t.name]()
 
 
@@ -271,25 +271,25 @@ def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, t
     vocab_size is the whole vocabulary's, checked by the layout)."""
     for name, t in (("hidden", hidden), ("weight", weight)):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"rl_kernel.lm_head_logprobs: {name} must be a torch.Tensor, got {type(t).__name__}")
+            raise TypeError(f"rl_kernel: lm_head_logprobs: {name} must be a torch.Tensor, got {type(t).__name__}")
     t = tiers.get(tier)
     if hidden.dtype not in (torch.float32, torch.bfloat16, torch.float16) or (
         hidden.dtype == torch.float32 and "fp32" not in t.dtypes
     ):
-        raise TypeError(f"rl_kernel.lm_head_logprobs: hidden is {hidden.dtype}; the {t.name} tier takes {t.dtypes}")
+        raise TypeError(f"rl_kernel: lm_head_logprobs: hidden is {hidden.dtype}; the {t.name} tier takes {t.dtypes}")
     if weight.dim() != 2:
-        raise ValueError(f"rl_kernel.lm_head_logprobs: weight must be [vocab, hidden], got {tuple(weight.shape)}")
+        raise ValueError(f"rl_kernel: lm_head_logprobs: weight must be [vocab, hidden], got {tuple(weight.shape)}")
     if hidden.dim() < 1 or hidden.shape[-1] != weight.shape[1]:
         raise ValueError(
-            f"rl_kernel.lm_head_logprobs: hidden's last dimension {tuple(hidden.shape)[-1:]} must equal the "
+            f"rl_kernel: lm_head_logprobs: hidden's last dimension {tuple(hidden.shape)[-1:]} must equal the "
             f"weight's hidden size {weight.shape[1]} (weight is [vocab, hidden] = {tuple(weight.shape)})"
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"rl_kernel.lm_head_logprobs: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+        raise ValueError(f"rl_kernel: lm_head_logprobs: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
     for name, u in (("weight", weight), ("bias", bias)):
         if u is not None and u.dtype != hidden.dtype:
             raise TypeError(
-                f"rl_kernel.lm_head_logprobs: {name} is {u.dtype} but hidden is {hidden.dtype} (one dtype, as the "
+                f"rl_kernel: lm_head_logprobs: {name} is {u.dtype} but hidden is {hidden.dtype} (one dtype, as the "
                 "model's lm_head computes)"
             )
     check_same_device({"hidden": hidden, "weight": weight, "bias": bias, "tokens": tokens})
@@ -301,13 +301,13 @@ def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, t
     vocab = weight.shape[0] if vocab_size is None else int(vocab_size)
     if not 1 <= vocab <= (vocab if sliced else weight.shape[0]):
         raise ValueError(
-            f"rl_kernel.lm_head_logprobs: vocab_size {vocab} must be in [1, {weight.shape[0]}] (the weight's rows; "
+            f"rl_kernel: lm_head_logprobs: vocab_size {vocab} must be in [1, {weight.shape[0]}] (the weight's rows; "
             "rows past vocab_size are padding)"
         )
     if not isinstance(vocab_chunk, int) or vocab_chunk < parallel.CHUNK or vocab_chunk % parallel.CHUNK:
-        raise ValueError(f"rl_kernel.lm_head_logprobs: vocab_chunk must be a positive multiple of 8, got {vocab_chunk}")
+        raise ValueError(f"rl_kernel: lm_head_logprobs: vocab_chunk must be a multiple of 8 (> 0), got {vocab_chunk}")
     if temperature is not None and not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"rl_kernel.lm_head_logprobs: temperature must be a positive number, got {temperature!r}")
+        raise ValueError(f"rl_kernel: lm_head_logprobs: temperature must be a positive number, got {temperature!r}")
     return vocab
 
 
