@@ -167,8 +167,9 @@ def test_bad_engine_configuration_is_exit_3_at_the_matrix_file_line_and_key(site
 
 def test_trls_grpo_trainer_as_cells(site, tmp_path):
     """examples/trl.toml (TRL installed: requirements-trl.txt): one GRPO step, patched through
-    rl_kernel.integrations.trl.ExactGRPOTrainer, gives the rollout's log-probs bit for bit in the training forward,
-    run to run; stock GRPOTrainer (its fused LM head) is informational, with its mismatch metrics."""
+    rl_kernel.integrations.trl.ExactGRPOTrainer or through TRL's own GRPOTrainer after install() (rl_kernel's fused
+    head in TRL's place), gives the rollout's log-probs bit for bit in the training forward, run to run; stock
+    GRPOTrainer (its fused LM head) is informational, with its mismatch metrics."""
     if not os.environ.get("RLPARITY_REQUIRE_TRL"):  # make test's TRL passes: TRL must be there
         pytest.importorskip("trl")
     out = tmp_path / "r"
@@ -176,10 +177,12 @@ def test_trls_grpo_trainer_as_cells(site, tmp_path):
                     str(out), cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     found = {r["cell"]["shapes"]: r for r in results_of(out).values()}
-    patched, stock = found["trl"], found["trl-stock"]
-    assert patched["status"] == "passed" and patched["required"] is True
-    names = [c["name"] for c in patched["comparisons"]]
+    stock = found["trl-stock"]
     compared = ("rollout vs train logprobs", "repeat 1 tokens", "repeat 1 rollout logprobs", "repeat 1 train logprobs")
-    assert names == [f"engines:trl:8x6x96 {n}" for n in compared]
+    for name in ("trl", "trl-installed"):
+        patched = found[name]
+        assert patched["status"] == "passed" and patched["required"] is True, (name, patched["status"])
+        names = [c["name"] for c in patched["comparisons"]]
+        assert names == [f"engines:{name}:8x6x96 {n}" for n in compared]
     assert stock["status"] == "failed" and stock["required"] is False
     assert stock["metrics"]["engines:trl-stock:8x6x96 max_abs_dlogp"] > 0

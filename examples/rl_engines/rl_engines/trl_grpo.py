@@ -7,9 +7,10 @@ TRL's own training forward of the same completions.
     train(tokens, ...)             the log-probs the same step's training forward (the loss's) computed for them
 
 Log-probs after a sequence's EOS are 0 on both sides. engine parameters: patched (default true: the model patched
-with rl_kernel and trained by rl_kernel.integrations.trl.ExactGRPOTrainer, TRL's selective_log_softmax replaced by
-the exact one; false: stock GRPOTrainer and its fused LM head), temperature (default 0.7), generations (per prompt,
-default 2; B must be a multiple).
+with rl_kernel and rl_kernel.integrations.trl.install(): TRL's selective_log_softmax and (TRL >= 1.16) its fused
+LM head replaced by the exact ones; false: stock GRPOTrainer and its own fused LM head), trainer (patched only:
+"exact", the default, rl_kernel's ExactGRPOTrainer; "trl", TRL's own GRPOTrainer on the installed head),
+temperature (default 0.7), generations (per prompt, default 2; B must be a multiple).
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def _trl_log_softmax(logits, ids, temperature):
     return fn(logits / temperature, ids)
 
 
-def _step(shape, seed, device, tier, patched, temperature, generations):
+TRAINERS = ("exact", "trl")
+
+
+def _step(shape, seed, device, tier, patched, temperature, generations, trainer):
     import trl
 
     from rl_kernel.integrations import trl as rl_trl
@@ -67,11 +71,13 @@ def _step(shape, seed, device, tier, patched, temperature, generations):
     batch, new, vocab = shape
     if batch % generations:
         raise ValueError(f"B = {batch} must be a multiple of generations = {generations}")
+    if trainer not in TRAINERS:
+        raise ValueError(f"engine trainer must be one of {TRAINERS}, got {trainer!r}")
     if patched:
         rl_trl.install()
     else:
         rl_trl.uninstall()
-    base = rl_trl.ExactGRPOTrainer if patched else trl.GRPOTrainer
+    base = rl_trl.ExactGRPOTrainer if patched and trainer == "exact" else trl.GRPOTrainer
     seen: dict[str, list] = {"generate": [], "train": []}
 
     class Recording(base):
@@ -128,12 +134,14 @@ def _same(generated: torch.Tensor, want: list[int]) -> bool:
     return got[: len(want)] == want and all(t in (PAD, EOS) for t in got[len(want) :])
 
 
-def rollout(shape, dtype, seed, device, tier, patched=True, temperature=0.7, generations=2) -> dict:
-    tokens, logprobs = _step(tuple(shape), seed, device, tier, patched, temperature, generations)
+def rollout(shape, dtype, seed, device, tier, patched=True, temperature=0.7, generations=2, trainer="exact") -> dict:
+    tokens, logprobs = _step(tuple(shape), seed, device, tier, patched, temperature, generations, trainer)
     return {"tokens": tokens, "logprobs": logprobs}
 
 
-def train(tokens, shape, dtype, seed, device, tier, patched=True, temperature=0.7, generations=2) -> dict:
+def train(
+    tokens, shape, dtype, seed, device, tier, patched=True, temperature=0.7, generations=2, trainer="exact"
+) -> dict:
     """The training forward's log-probs of the step that produced `tokens` (the latest such step)."""
     tokens = tokens.cpu()
     for done, logprobs in reversed(_STEPS):
