@@ -366,20 +366,13 @@ def vocab_parallel(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The fused head over a vocab-parallel lm_head (rl_kernel.parallel.lm_head_logprobs documents it)."""
     vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
-    if vocab_start % parallel.CHUNK or vocab_start < 0:
-        raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_start must be a multiple of 8, got {vocab_start}")
+    ranks, me = parallel.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
     exchange = parallel.all_gather_exchange(group)
-    me, _ = parallel._world(group)
-    row = torch.tensor([int(vocab_start), weight.shape[0], vocab, int(vocab_chunk)], dtype=torch.int64)
-    rows = [r.cpu().tolist() for r in exchange(row.to(weight.device))]
-    if len({r[3] for r in rows}) != 1:
-        raise ValueError(
-            f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {[r[3] for r in rows]}"
-        )
-    ranks = tuple(parallel.Slice(*r[:3]) for r in rows)
-    parallel.check_layout(ranks)
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy), ranks, me,
-                 exchange)  # fmt: skip
+    chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
+    if len(set(chunks)) != 1:
+        raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy),
+                 tuple(ranks), me, exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 

@@ -166,13 +166,16 @@ def test_exact_grpo_trainer_rollout_equals_training_and_runs_repeat(tmp_path):
     assert any(not bits_equal(moved[k], first["weights"][k]) for k in moved)  # the step changed the weights
 
 
+TRL_HAS_FUSED_HEAD = hasattr(trl.trainer.utils, "add_fused_lm_head")  # TRL >= 1.16
+
+
 def test_stock_grpo_trainer_with_the_installed_head_is_exact(tmp_path):
-    """TRL >= 1.16's own GRPOTrainer scores through add_fused_lm_head: install() puts rl_kernel's there, and a
-    patched model's rollout log-probs then equal the training forward's."""
-    if not hasattr(trl.trainer.utils, "add_fused_lm_head"):
-        pytest.skip(f"TRL {trl.__version__} has no fused LM head (added in 1.16): nothing to replace")
+    """TRL's own GRPOTrainer after install(): TRL >= 1.16 scores through add_fused_lm_head, which install() replaced
+    with rl_kernel's; TRL 1.10 scores logits with the installed selective_log_softmax. Either way a patched model's
+    rollout log-probs equal the training forward's."""
     seen = run(tmp_path, patched=True, stock_trainer=True)
-    assert trl.trainer.grpo_trainer.add_fused_lm_head is rl_trl.add_fused_lm_head
+    if TRL_HAS_FUSED_HEAD:
+        assert trl.trainer.grpo_trainer.add_fused_lm_head is rl_trl.add_fused_lm_head
     rollout, train = rollout_vs_train(seen, trl.trainer.utils.selective_log_softmax)
     assert rollout.numel() >= BATCH
     d = diff(rollout, train)
@@ -180,11 +183,14 @@ def test_stock_grpo_trainer_with_the_installed_head_is_exact(tmp_path):
 
 
 def test_an_unpatched_model_keeps_trls_head(tmp_path):
-    """install() changes nothing for a model that is not patched: TRL's own head scores it (the control)."""
-    if not hasattr(trl.trainer.utils, "add_fused_lm_head"):
-        pytest.skip(f"TRL {trl.__version__} has no fused LM head (added in 1.16): nothing to replace")
+    """install() changes nothing for a model that is not patched: TRL's own head scores it (the control). Before
+    TRL 1.16 there is no TRL head to keep: a clear error, never a silent fallback."""
     rl_trl.install()
     m = model()
+    if not TRL_HAS_FUSED_HEAD:
+        with pytest.raises(NotImplementedError, match=r"has no fused LM head \(TRL >= 1.16\)"):
+            rl_trl.add_fused_lm_head(m, temperature=TEMPERATURE)
+        return
     rl_trl.add_fused_lm_head(m, temperature=TEMPERATURE)
     ids = torch.randint(3, VOCAB, (2, 7))
     got = m(input_ids=ids, labels=ids, fused_lm_head=True).log_probs

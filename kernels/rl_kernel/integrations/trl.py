@@ -177,9 +177,16 @@ def _fused_output(model, args, kw, labels, shift_labels, num_items_in_batch, tem
 
 
 def _trl_add_fused():
+    import trl
     import trl.trainer.utils as tu
 
-    return _TRL_ADD_FUSED[0] if _TRL_ADD_FUSED else tu.add_fused_lm_head
+    if _TRL_ADD_FUSED:
+        return _TRL_ADD_FUSED[0]
+    if not hasattr(tu, "add_fused_lm_head"):
+        raise NotImplementedError(
+            f"TRL {trl.__version__} has no fused LM head (TRL >= 1.16): an unpatched model has no TRL head to keep"
+        )
+    return tu.add_fused_lm_head
 
 
 # ---- install / uninstall -----------------------------------------------------------------------------------
