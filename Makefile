@@ -13,7 +13,8 @@ else
   ENV_STAMP := .venv/.stamp
 endif
 
-SOURCES := $(wildcard kernels/rl_kernel/csrc/*/*) kernels/rl_kernel/build_flags.py setup.py pyproject.toml
+SOURCES := $(wildcard kernels/rl_kernel/*/*/*.h kernels/rl_kernel/*/*/*.cuh kernels/rl_kernel/*/*/*.cpp kernels/rl_kernel/*/*/*.cu) \
+  kernels/rl_kernel/build_flags.py setup.py pyproject.toml
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 

@@ -18,7 +18,7 @@ from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 ROOT = Path(__file__).parent
-# Flags and the discovered sources (common/*.cpp, csrc/<family>/*_cpu.cpp and *_gpu.cu); no list here.
+# Flags and the discovered sources (<tier>/common/*.cpp, <tier>/<family>/*_cpu.cpp and *_gpu.cu); no list here.
 flags = runpy.run_path(str(ROOT / "kernels/rl_kernel/build_flags.py"))
 
 

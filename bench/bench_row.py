@@ -127,9 +127,9 @@ def measure(dtype: torch.dtype, rows: int, vocab: int, lig, rl_only: bool = Fals
 
 
 def measure_ranks(dtype: torch.dtype, rows: int, vocab: int, tps: tuple[int, ...]) -> list[dict]:
-    """A vocab-parallel rank's own kernel (rl_kernel.parallel.local_stats on its contiguous slice, Megatron's
+    """A vocab-parallel rank's own kernel (rl_kernel.rowtree.local_stats on its contiguous slice, Megatron's
     cut) against a copy of that slice, for rank 0 (the widest) and the last rank of each tp."""
-    from rl_kernel import parallel
+    from rl_kernel import parallel, rowtree
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = (torch.randn(rows, vocab, device="cuda", generator=g) * 2.5).to(dtype)
@@ -141,7 +141,7 @@ def measure_ranks(dtype: torch.dtype, rows: int, vocab: int, tps: tuple[int, ...
             own = slices[rank]
             local = x[:, own.start : own.start + own.width].contiguous()
             dst = torch.empty_like(local)
-            fns = {"copy": lambda d=dst, v=local: d.copy_(v), "rank": lambda v=local, o=own: parallel.local_stats(v, o)}
+            fns = {"copy": lambda d=dst, v=local: d.copy_(v), "rank": lambda v=local, o=own: rowtree.local_stats(v, o)}
             for fn in fns.values():
                 fn()
             torch.cuda.synchronize()

@@ -1,5 +1,5 @@
 """Static proof for GPU targets we cannot run, per tier (rl_kernel.tiers: each tier's `scan`): the exact
-tier's scan ("csrc") compiles its device code and scans the assembly for contracted FMA, vendor math and
+tier's scan ("compiled") compiles its device code and scans the assembly for contracted FMA, vendor math and
 NaN-dropping max/min; another tier's scan is its own function (`module:function`, e.g. the fast tier's
 compile of every Triton kernel for each target and the scan of its matrix instructions).
 
@@ -533,7 +533,7 @@ def check_built(path: Path) -> list[TargetResult]:
 
 
 def write_unit(tmp: Path) -> Path:
-    """One translation unit that includes every family's csrc/<family>/<family>_check.cu (found by name),
+    """One translation unit that includes every family's <tier>/<family>/<family>_check.cu (found by name),
     so each target is compiled once and every kernel of every family is scanned."""
     unit = tmp / "kernels_check.cu"
     unit.write_text("".join(f'#include "{p}"\n' for p in build_flags.check_sources()))
@@ -583,15 +583,15 @@ def main(argv: list[str] | None = None) -> int:
     results: list[TargetResult] = []
     missing: list[str] = []
     optional: list[str] = []
-    scans = tier_scans(args.tier) if args.built is None else {"exact": "csrc"}
+    scans = tier_scans(args.tier) if args.built is None else {"exact": "compiled"}
     for name, scan_fn in scans.items():
-        if scan_fn != "csrc":
+        if scan_fn != "compiled":
             results += tier_scan(name, scan_fn, args.only)
     if args.built is not None:
         results = check_built(args.built)
         extra = []
     with tempfile.TemporaryDirectory() as d:
-        if args.built is not None or "csrc" not in scans.values():
+        if args.built is not None or "compiled" not in scans.values():
             args.only = "none"
         tmp = Path(d)
         source = write_unit(tmp)

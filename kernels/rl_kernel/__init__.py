@@ -2,46 +2,45 @@
 
 The same inputs give the same bits on the CPU (the golden reference), CUDA and
 HIP builds, at every batch size and on every run: the reduction order and the
-arithmetic are fixed by docs/numerics.md. These are the `exact` tier's operators; rl_kernel.tiers
-lists every tier this installation offers (`tiers.get("fast")`).
+arithmetic are fixed by docs/numerics.md. These are the `exact` tier's operators (rl_kernel.exact); rl_kernel.tiers
+lists every tier this installation offers (`tiers.get("fast").op("linear")`).
 
     logp = rl_kernel.token_logprobs(logits, tokens)       # [...], fp32
     lsm  = rl_kernel.log_softmax(logits)                  # [..., V], fp32
     ent  = rl_kernel.entropy(logits)                      # [...], fp32
 
-and the layers of a decoder in the same tier (rl_kernel.ops.decoder): linear, rms_norm, rope_table,
-rotary, silu_mul and attention (causal GQA, one algorithm for prefill and decode), a fused LM head that
-never materialises the logits (rl_kernel.head: lm_head_logprobs), and a seeded
-Gumbel-max sampler that draws the same tokens on every device (rl_kernel.ops.sampling: gumbel_argmax).
+and the layers of a decoder in the same tier: linear, rms_norm, rope_table, rotary, silu_mul and attention (causal
+GQA, one algorithm for prefill and decode), a fused LM head that never materialises the logits (rl_kernel.head:
+lm_head_logprobs, for every tier), and a seeded Gumbel-max sampler that draws the same tokens on every device
+(gumbel_argmax).
 
-This module only re-exports: the operators live in rl_kernel.ops.<family>.
+This module only re-exports: the operators live in their family's folder, rl_kernel/exact/<family>/.
 """
 
 from __future__ import annotations
 
-from rl_kernel import bitwise, ops, optim, reference, tiers
+from rl_kernel import bitwise, optim, tiers
 from rl_kernel._library import has_gpu_kernels
-from rl_kernel.head import lm_head_logprobs
-from rl_kernel.ops.decoder import (
+from rl_kernel.exact import (
+    BitwiseLogSoftmax,
     attention,
     embedding,
+    entropy,
+    gumbel_argmax,
     linear,
+    log_softmax,
+    log_softmax_backward,
     positions_from_mask,
+    reference,
     rms_norm,
     rope_inv_freq,
     rope_table,
     rotary,
-    silu_mul,
-)
-from rl_kernel.ops.sampling import gumbel_argmax
-from rl_kernel.ops.softmax import (
-    BitwiseLogSoftmax,
-    entropy,
-    log_softmax,
-    log_softmax_backward,
     row_stats,
+    silu_mul,
     token_logprobs,
 )
+from rl_kernel.head import lm_head_logprobs
 
 __all__ = [
     "BitwiseLogSoftmax",
@@ -55,7 +54,6 @@ __all__ = [
     "lm_head_logprobs",
     "log_softmax",
     "log_softmax_backward",
-    "ops",
     "optim",
     "positions_from_mask",
     "reference",

@@ -4,7 +4,8 @@ the extension's sources.
 Pure Python, importable before the extension is built: setup.py (through runpy),
 `make kernels-check`, the FMA negative control and the environment fingerprint all
 read it, so there is one list of flags. Sources are discovered, never listed: a
-family is a folder csrc/<family>/ whose <family>_cpu.cpp, <family>_gpu.cu and
+compiled tier's folder rl_kernel/<tier>/ holds common/ (the contract's headers and
+common/*.cpp) and one folder per family whose <family>_cpu.cpp, <family>_gpu.cu and
 <family>_check.cu are found by name.
 """
 
@@ -14,8 +15,9 @@ import os
 import shlex
 from pathlib import Path
 
-CSRC = Path(__file__).resolve().parent / "csrc"
-REPO = CSRC.parents[2]  # kernels/rl_kernel/csrc -> the repository root
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parents[1]  # kernels/rl_kernel -> the repository root
+SOURCE_SUFFIXES = (".h", ".cuh", ".cpp", ".cu")  # what a compiled tier's folders hold besides Python
 
 # Host C++ (the CPU golden reference): every mul and add rounded on its own.
 CXX_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-finite-math-only"]
@@ -53,21 +55,27 @@ def _found(root: Path, patterns: tuple[str, ...]) -> list[Path]:
 
 
 def sources(gpu: bool, root: Path | None = None) -> list[str]:
-    """The extension's sources, relative to the repository root (root, default this checkout):
-    csrc/common/*.cpp and every family's *_cpu.cpp, plus every family's *_gpu.cu when gpu."""
+    """The extension's sources, relative to the repository root (root, default this checkout): every compiled
+    tier's common/*.cpp and every family's *_cpu.cpp, plus every family's *_gpu.cu when gpu."""
     root = REPO if root is None else Path(root)
-    csrc = root / CSRC.relative_to(REPO)
-    patterns = ("common/*.cpp", "*/*_cpu.cpp") + (("*/*_gpu.cu",) if gpu else ())
-    return [p.relative_to(root).as_posix() for p in _found(csrc, patterns)]
+    package = root / PACKAGE.relative_to(REPO)
+    patterns = ("*/common/*.cpp", "*/*/*_cpu.cpp") + (("*/*/*_gpu.cu",) if gpu else ())
+    return [p.relative_to(root).as_posix() for p in _found(package, patterns)]
 
 
 def check_sources() -> list[Path]:
-    """Every family's ATen-free kernel instantiations (csrc/<family>/<family>_check.cu) for kernels-check."""
-    return _found(CSRC, ("*/*_check.cu",))
+    """Every family's ATen-free kernel instantiations (<tier>/<family>/<family>_check.cu) for kernels-check."""
+    return _found(PACKAGE, ("*/*/*_check.cu",))
+
+
+def contract_files() -> list[Path]:
+    """Every C++/CUDA/HIP file of the compiled tiers (headers included), sorted: what a build of them depends on
+    (the mutated build's and the FMA control's cache keys hash them)."""
+    return sorted(p for p in PACKAGE.glob("*/*/*") if p.suffix in SOURCE_SUFFIXES and p.is_file())
 
 
 # Contract mutations (rl_kernel.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of
-# them behind RL_MUTATED(...) points of csrc/common (numerics.h, reduce.h) and csrc/<family>; the one to
+# them behind RL_MUTATED(...) points of exact/common (numerics.h, reduce.h) and the families; the one to
 # apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has no code
 # for any of them. The order and spelling must match numerics.h's mutation_from_env().
 MUTATIONS = {

@@ -3,9 +3,9 @@
 Each entry is the SHA-256 (`rl_kernel.bitwise.digest`: dtype, shape and bytes) of one output or
 gradient of one operator on one fixed input set (vocabulary x dtype). Where the tier lives is its
 descriptor's (rl_kernel.tiers): the exact tier's digests are computed by the CPU build, the golden
-reference, and every GPU build must give them (rl_kernel/golden/exact/<family>.json); a per-target tier
-(fast) records them on each target (<golden_dir>/<target>/<family>.json), and a target without a file has
-nothing to check yet.
+reference, and every GPU build must give them (rl_kernel/exact/<family>/golden.json); a per-target tier
+(fast) records them on each target (rl_kernel/fast/<family>/golden/<target>.json), and a target without a file
+has nothing to check yet.
 
     python -m rl_kernel.golden [--tier exact] [--device cpu|cuda]   # check: drifted keys, exit 1 if any
     python -m rl_kernel.golden --update                # rewrite from the CPU build (the only writer)
@@ -26,12 +26,11 @@ import torch
 
 from rl_kernel import inputs, tiers
 from rl_kernel.bitwise import digest
-from rl_kernel.checks import OpSpec, all_specs
-from rl_kernel.checks.spec import Case
+from rl_kernel.families import OpSpec, all_specs
+from rl_kernel.spec import Case
 from rl_kernel.tiers import Tier
 
 DEFAULT_TIER = "exact"
-GOLDEN_DIR = tiers.get(DEFAULT_TIER).golden_dir
 
 
 def path_for(family: str, root: Path | None = None, tier: Tier | None = None, target: str | None = None) -> Path:
@@ -65,7 +64,7 @@ def diff(expected: dict[str, str], actual: dict[str, str]) -> list[str]:
 
 def families(tier: Tier | None = None) -> list[str]:
     """A tier's families with at least one operator in the golden digests, in name order."""
-    return sorted({s.family for s in all_specs((tier or tiers.get(DEFAULT_TIER)).checks) if s.in_golden})
+    return sorted({s.family for s in all_specs(tier or tiers.get(DEFAULT_TIER)) if s.in_golden})
 
 
 def key(name: str, vocab: int, dtype: torch.dtype) -> str:
@@ -88,7 +87,7 @@ def compute(family: str, device: str = "cpu", tier: Tier | None = None) -> dict[
     dtypes = [d for d in inputs.DTYPES if inputs.dtype_name(d) in tier.dtypes]
     found: dict[str, str] = {}
     cases: dict[tuple, Case] = {}
-    for spec in (s for s in all_specs(tier.checks) if s.family == family and s.in_golden):
+    for spec in (s for s in all_specs(tier) if s.family == family and s.in_golden):
         for name, golden_case in spec.golden_cases():
             for vocab in spec.golden_vocabs:
                 for dtype in dtypes:
@@ -116,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tier", default=DEFAULT_TIER, help=f"the tier (default {DEFAULT_TIER}; see rl_kernel.tiers)")
     ap.add_argument("--device", default="cpu", help="device to check (default cpu)")
     ap.add_argument("--family", action="append", help="only this family (repeatable; default all)")
-    ap.add_argument("--dir", type=Path, default=None, help=f"golden directory (default {GOLDEN_DIR})")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="another directory of <family>/ golden files (default the tier's folder)"
+    )
     args = ap.parse_args(argv)
     tier = tiers.get(args.tier)
     # An all-devices tier is written from its CPU reference; a per-target tier from the device it runs on.

@@ -6,14 +6,14 @@ logits.
 
 What it computes, bit for bit: `unfused(...)` below, i.e. the tier's `linear` (rounded to the weight's dtype
 as a model's lm_head rounds), divided by `temperature` as generate() divides them (cast to fp32, one correctly
-rounded division per element: integrations.frameworks.divide_by_temperature), then `token_logprobs` / `entropy`
+rounded division per element: rl_kernel.exact.softmax.ops.divide_by_temperature), then `token_logprobs` / `entropy`
 over the first `vocab_size` columns. It walks the vocabulary in chunks of `vocab_chunk` columns (a multiple of 8), one
 chunk of logits alive at a time, so the extra memory is about 4 x tokens x vocab_chunk elements, whatever the
 vocabulary.
 
 Why the forward is exact: the contract's row reduction is one binary tree over aligned 8-column chunks (docs/
 numerics.md section 2), so a row cut into vocabulary chunks evaluates whole subtrees per chunk and joins the
-nodes afterwards with the uncut row's bits: rl_kernel.parallel's construction, with the chunks of one device in
+nodes afterwards with the uncut row's bits: rl_kernel.rowtree's construction, with the chunks of one device in
 place of ranks. Any chunk width gives the same log-probs and entropy.
 
 The backward (docs/numerics.md section 12): each chunk's logit gradient is exactly its slice of the unfused one
@@ -27,75 +27,19 @@ depends on its own row only) and, for the exact tier, the same on every device; 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from rl_kernel import parallel, tiers
+from rl_kernel import rowtree, tiers
 from rl_kernel._library import ops
 from rl_kernel._validate import check_same_device, check_token_range, check_tokens
-from rl_kernel.integrations.frameworks import divide_by_temperature
+from rl_kernel.exact.softmax.ops import divide_by_temperature, token_logprobs
+from rl_kernel.exact.softmax.ops import entropy as entropy_of
+from rl_kernel.rowtree import IGNORE, Slice
+from rl_kernel.tiers import HeadGemms
 
-IGNORE = -100
 VOCAB_CHUNK = 2048  # columns per chunk: 1/74 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
-
-
-# ---- the tier's GEMMs, as the head needs them ------------------------------------------------------
-@dataclass(frozen=True)
-class _Gemms:
-    """logits(h, w_chunk, b_chunk, vocab_rows) -> [N, C] in h's dtype; dx(d, w_chunk) -> fp32 [N, H] partial;
-    dw(d, h) -> [C, H]; db(d) -> [C]. Every one is the tier's kernel with the unfused path's configuration."""
-
-    logits: Callable[..., torch.Tensor]
-    dx: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    dw: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    db: Callable[[torch.Tensor], torch.Tensor]
-
-
-def _t(x: torch.Tensor) -> torch.Tensor:
-    return x.t().contiguous()
-
-
-def _exact() -> _Gemms:
-    def dx(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        # fp32 operands: the chain over this chunk's columns in fp32 with no rounding to the model's dtype
-        # (bf16 -> fp32 is exact, so each fma is the one the bf16 kernel does).
-        return ops.linear(d.float(), _t(w).float(), None)
-
-    return _Gemms(
-        logits=lambda h, w, b, _rows: ops.linear(h, w, b),
-        dx=dx,
-        dw=lambda d, h: ops.linear(_t(d), _t(h), None),
-        db=lambda d: ops.linear(_t(d), d.new_ones((1, d.shape[0])), None).view(-1),
-    )
-
-
-def _fast() -> _Gemms:
-    from rl_kernel.fast import config_for, target_of
-    from rl_kernel.fast import linear_kernels as fl
-
-    def logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
-        # BLOCK_K is pinned per (N, K): the whole head's N, so a chunk sums in the unfused head's order.
-        cfg = config_for("linear", target_of(h.device), m=h.shape[0], n=rows, k=h.shape[1])
-        return fl.forward_2d(h, w, b, cfg)
-
-    return _Gemms(
-        logits=logits,
-        dx=lambda d, w: fl.grad_x_2d(d, w, out_dtype=torch.float32),
-        dw=lambda d, h: fl.grad_w_2d(d, h),
-        db=fl.grad_b_2d,
-    )
-
-
-_GEMMS: dict[str, Callable[[], _Gemms]] = {"exact": _exact, "fast": _fast}
-
-
-def _gemms(tier: str) -> _Gemms:
-    t = tiers.get(tier)
-    if t.name not in _GEMMS:
-        raise tiers.TierError(f"rl_kernel: lm_head_logprobs: the {t.name} tier has no fused head (exact, fast)")
-    return _GEMMS[t.name]()
 
 
 # ---- the walk over vocabulary chunks ---------------------------------------------------------------
@@ -114,20 +58,20 @@ class _Plan:
     temperature: float | None
     ignore_index: int
     want_entropy: bool
-    ranks: tuple[parallel.Slice, ...]
+    ranks: tuple[Slice, ...]
     me: int = 0
-    exchange: parallel.Exchange = field(default=_single, compare=False)
+    exchange: rowtree.Exchange = field(default=_single, compare=False)
 
     @property
     def rows(self) -> int:
         """The whole head's weight rows (its N: the fast tier's BLOCK_K is pinned per (N, K))."""
         return sum(r.width for r in self.ranks)
 
-    def chunks(self, rank: int) -> list[parallel.Slice]:
+    def chunks(self, rank: int) -> list[Slice]:
         """A rank's columns in chunks of `chunk` (global columns; the last may be narrower)."""
         own = self.ranks[rank]
         ends = range(own.start, own.start + own.width, self.chunk)
-        return [parallel.Slice(s, min(self.chunk, own.start + own.width - s), self.vocab_size) for s in ends]
+        return [Slice(s, min(self.chunk, own.start + own.width - s), self.vocab_size) for s in ends]
 
     def nodes(self, rank: int) -> tuple[list[int], list[int]]:
         """The (levels, indices) of a rank's chunks' maximal nodes, left to right."""
@@ -138,7 +82,7 @@ class _Plan:
         return sorted(range(len(self.ranks)), key=lambda k: self.ranks[k].start)
 
 
-def _chunk_logits(g: _Gemms, plan: _Plan, h, weight, bias, s: parallel.Slice) -> torch.Tensor:
+def _chunk_logits(g: HeadGemms, plan: _Plan, h, weight, bias, s: Slice) -> torch.Tensor:
     """Chunk s's logits (divided by the temperature); weight/bias are this rank's rows."""
     at = s.start - plan.ranks[plan.me].start
     w = weight.narrow(0, at, s.width)
@@ -164,21 +108,21 @@ def _joined(plan: _Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tenso
 
 
 def _forward(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    g = _gemms(plan.tier)
+    g = tiers.get(plan.tier).head_gemms()
     chunks = plan.chunks(plan.me)
     nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)
     for s in chunks:
         z = _chunk_logits(g, plan, h, weight, bias, s)
-        nodes.append(parallel.local_stats(z, s))
+        nodes.append(rowtree.local_stats(z, s))
         local = (tokens - s.start).clamp(0, s.width - 1)
         picked = torch.where(s.owns(tokens), z.gather(-1, local.unsqueeze(-1)).squeeze(-1).float(), picked)
     stats = ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
     own = plan.ranks[plan.me]
-    mine = torch.where(own.owns(tokens), parallel._logprob(picked, stats), torch.zeros_like(picked))
-    logp = parallel.join_token_logprobs(plan.exchange(mine.contiguous()), tokens, plan.ranks, plan.ignore_index)
+    mine = torch.where(own.owns(tokens), rowtree.logprob(picked, stats), torch.zeros_like(picked))
+    logp = rowtree.join_token_logprobs(plan.exchange(mine.contiguous()), tokens, plan.ranks, plan.ignore_index)
     ent = None
     if plan.want_entropy:
-        parts = [parallel.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in chunks]
+        parts = [rowtree.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in chunks]
         ent = ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
     return logp, stats, ent
 
@@ -190,14 +134,14 @@ def _with_stats(joined: tuple, stats: torch.Tensor) -> tuple:
 
 def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     h, weight, bias, tokens, stats, ent = saved
-    g = _gemms(plan.tier)
+    g = tiers.get(plan.tier).head_gemms()
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
     dws, dbs = [], []
     for s in plan.chunks(plan.me):
         z = _chunk_logits(g, plan, h, weight, bias, s)
         d = None
         if g_logp is not None:
-            tok = parallel._local_tokens(tokens, s, s.width, plan.ignore_index)
+            tok = rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
             d = ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
         if g_ent is not None:
             de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
@@ -293,18 +237,16 @@ def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, t
                 "model's lm_head computes)"
             )
     check_same_device({"hidden": hidden, "weight": weight, "bias": bias, "tokens": tokens})
-    if t.name == "fast":
-        from rl_kernel.fast import check_tensors, require_triton
-
-        check_tensors("lm_head_logprobs", hidden=hidden, weight=weight, bias=bias)
-        require_triton()
+    gemms = t.head_gemms()
+    if gemms.check is not None:
+        gemms.check(hidden, weight, bias)
     vocab = weight.shape[0] if vocab_size is None else int(vocab_size)
     if not 1 <= vocab <= (vocab if sliced else weight.shape[0]):
         raise ValueError(
             f"rl_kernel: lm_head_logprobs: vocab_size {vocab} must be in [1, {weight.shape[0]}] (the weight's rows; "
             "rows past vocab_size are padding)"
         )
-    if not isinstance(vocab_chunk, int) or vocab_chunk < parallel.CHUNK or vocab_chunk % parallel.CHUNK:
+    if not isinstance(vocab_chunk, int) or vocab_chunk < rowtree.CHUNK or vocab_chunk % rowtree.CHUNK:
         raise ValueError(f"rl_kernel: lm_head_logprobs: vocab_chunk must be a multiple of 8 (> 0), got {vocab_chunk}")
     if temperature is not None and not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"rl_kernel: lm_head_logprobs: temperature must be a positive number, got {temperature!r}")
@@ -330,7 +272,7 @@ def lm_head_logprobs(
     differentiable in hidden, weight and bias. ignore_index positions give 0 (and no gradient); with
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
     vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
-    whole = (parallel.Slice(0, weight.shape[0], vocab),)
+    whole = (Slice(0, weight.shape[0], vocab),)
     plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy), whole)
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
@@ -366,8 +308,8 @@ def vocab_parallel(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The fused head over a vocab-parallel lm_head (rl_kernel.parallel.lm_head_logprobs documents it)."""
     vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
-    ranks, me = parallel.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
-    exchange = parallel.all_gather_exchange(group)
+    ranks, me = rowtree.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
+    exchange = rowtree.all_gather_exchange(group)
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
         raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
@@ -390,9 +332,6 @@ def unfused(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """What lm_head_logprobs computes, the plain way: the logits materialised (the reference its tests hold it
     to, and the unfused path of the benchmarks)."""
-    from rl_kernel.ops.softmax import entropy as entropy_of
-    from rl_kernel.ops.softmax import token_logprobs
-
     vocab = _check(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
     logits = tiers.get(tier).op("linear")(hidden, weight, bias)
     if temperature is not None:

@@ -44,27 +44,33 @@ def build_spec(gpu: bool = False, hip: bool | None = None) -> dict:
 
 def build(gpu: bool = False, cache: Path | None = None) -> Path:
     """Compile the mutated library (CPU operators; with gpu=True also the CUDA/HIP kernels) and return its
-    path. Built in a subprocess (loading it into this process would register torch.ops.rl_kernel twice)
-    with torch.utils.cpp_extension.load, and cached under cache (default ~/.cache/rl_kernel) by a hash of
-    every file under csrc/ and of the sources and flags, so a second call is instant."""
-    spec = build_spec(gpu)
-    text = b"".join(p.read_bytes() for p in sorted(build_flags.CSRC.rglob("*")) if p.is_file())
+    path (build_variant: cached, so a second call is instant)."""
+    return build_variant(f"mutations-{'gpu' if gpu else 'cpu'}", LIBRARY_NAME, build_spec(gpu), cache)
+
+
+def build_variant(kind: str, name: str, spec: dict, cache: Path | None = None) -> Path:
+    """Compile a variant of the library, spec = {"sources", "cxx", "device"} (the mutated build, the harness's
+    contracted-FMA control), and return the shared library's path. Built in a subprocess (loading it into this
+    process would register torch.ops.rl_kernel twice) with torch.utils.cpp_extension.load, and cached under
+    cache (default ~/.cache/rl_kernel) by a hash of every C++/CUDA/HIP file of the compiled tiers and of the
+    spec."""
+    text = b"".join(p.read_bytes() for p in build_flags.contract_files())
     key = hashlib.sha256(text + json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    out = (default_cache() if cache is None else Path(cache)) / f"mutations-{'gpu' if gpu else 'cpu'}-{key}"
-    lib = out / f"{LIBRARY_NAME}.so"
+    out = (default_cache() if cache is None else Path(cache)) / f"{kind}-{key}"
+    lib = out / f"{name}.so"
     if lib.exists():
         return lib
     out.mkdir(parents=True, exist_ok=True)
     code = (
         "import json, sys, torch.utils.cpp_extension as E; s = json.loads(sys.argv[1]); "
-        f"E.load(name={LIBRARY_NAME!r}, sources=s['sources'], extra_cflags=s['cxx'], "
+        "E.load(name=sys.argv[3], sources=s['sources'], extra_cflags=s['cxx'], "
         "extra_cuda_cflags=s['device'], build_directory=sys.argv[2], is_python_module=False, verbose=False)"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(spec), str(out)], capture_output=True, text=True, check=False
+        [sys.executable, "-c", code, json.dumps(spec), str(out), name], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0 or not lib.exists():
-        raise RuntimeError(f"building the mutated library failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+        raise RuntimeError(f"building {name} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return lib
 
 

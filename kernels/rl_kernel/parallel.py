@@ -28,212 +28,63 @@ stock PyTorch exps), kept as an informational control: it shows what such a path
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
 from rl_kernel._library import ops
-from rl_kernel._validate import check_logits, check_same_device, check_tensor, check_token_range, check_tokens
+from rl_kernel._validate import check_logits, check_token_range, check_tokens
+from rl_kernel.head import vocab_parallel
+from rl_kernel.rowtree import (
+    CHUNK,
+    IGNORE,
+    Slice,
+    all_gather_exchange,
+    check_layout,
+    check_on_one_device,
+    exchanged_stats,
+    join_entropy,
+    join_stats,
+    join_token_logprobs,
+    layout,
+    local_entropy,
+    local_stats,
+    local_token_logprobs,
+    local_tokens,
+    named,
+    ordered,
+    padded,
+    world,
+)
 
-CHUNK = 8  # elements per leaf of the row tree (docs/numerics.md section 2)
-IGNORE = -100
-_MIN_NORMAL = 2.0**-126
-_CANONICAL_NAN = torch.tensor(0x7FC00000, dtype=torch.int32).view(torch.float32)
-
-# exchange(t) -> [t of rank 0, t of rank 1, ...]: all-gather of equal-shaped tensors.
-Exchange = Callable[[torch.Tensor], list[torch.Tensor]]
-
-
-# ---- the layout: who holds which columns -----------------------------------------------------------
-def decompose(c0: int, c1: int) -> list[tuple[int, int]]:
-    """The maximal aligned nodes (level L, index i) of chunks [c0, c1), left to right; node (L, i) covers
-    chunks [i * 2^L, (i + 1) * 2^L)."""
-    if not 0 <= c0 <= c1:
-        raise ValueError(f"rl_kernel.parallel: bad chunk range [{c0}, {c1})")
-    nodes = []
-    c = c0
-    while c < c1:
-        level = (c & -c).bit_length() - 1 if c else 40
-        while (1 << level) > c1 - c:
-            level -= 1
-        nodes.append((level, c >> level))
-        c += 1 << level
-    return nodes
-
-
-@dataclass(frozen=True)
-class Slice:
-    """One rank's columns: [start, start + width) of a vocabulary of vocab_size (padding past it)."""
-
-    start: int
-    width: int
-    vocab_size: int
-
-    @property
-    def valid(self) -> int:
-        """Columns of the true vocabulary this rank holds."""
-        return max(0, min(self.width, self.vocab_size - self.start))
-
-    @property
-    def chunk0(self) -> int:
-        return self.start // CHUNK
-
-    @property
-    def nodes(self) -> list[tuple[int, int]]:
-        return decompose(self.chunk0, self.chunk0 + -(-self.valid // CHUNK))
-
-    def owns(self, tokens: torch.Tensor) -> torch.Tensor:
-        return (tokens >= self.start) & (tokens < self.start + self.valid)
-
-
-def check_layout(slices: Sequence[Slice]) -> None:
-    """Slices tile [0, vocab_size) on chunk boundaries; raise ValueError naming the first that does not."""
-    if not slices:
-        raise ValueError("rl_kernel.parallel: no slices")
-    vocab = slices[0].vocab_size
-    if vocab < 1 or any(s.vocab_size != vocab for s in slices):
-        raise ValueError(
-            f"rl_kernel.parallel: vocab_size differs between ranks or is < 1: {[s.vocab_size for s in slices]}"
-        )
-    at = 0
-    for rank, s in sorted(enumerate(slices), key=lambda rs: rs[1].start):
-        end = s.start + s.width
-        if s.width < 1:
-            raise ValueError(f"rl_kernel.parallel: rank {rank} holds no columns")
-        if s.start % CHUNK or (end % CHUNK and end < vocab):
-            raise ValueError(
-                f"rl_kernel.parallel: rank {rank} holds columns [{s.start}, {end}): a slice must start and end "
-                f"on a multiple of {CHUNK} (or end at/after vocab_size {vocab})"
-            )
-        if s.start != at:
-            raise ValueError(
-                f"rl_kernel.parallel: rank {rank} starts at column {s.start}, expected {at}: slices must tile "
-                f"[0, {vocab}) without gaps or overlaps"
-            )
-        at = end
-    if at < vocab:
-        raise ValueError(f"rl_kernel.parallel: the slices end at column {at}, before vocab_size {vocab}")
-
-
-def _ordered(slices: Sequence[Slice]) -> list[int]:
-    """The ranks in column order."""
-    return sorted(range(len(slices)), key=lambda k: slices[k].start)
-
-
-# ---- the construction: a rank's nodes, the exchange, the join ----------------------------------
-def _levels(own: Slice) -> tuple[list[int], list[int]]:
-    return [lv for lv, _ in own.nodes], [ix for _, ix in own.nodes]
-
-
-def local_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
-    """The statistics (m, s) [..., n, 2] of the maximal nodes of this rank's slice."""
-    check_logits(local, "local")
-    return ops.node_stats(local, own.chunk0, own.valid, *_levels(own))
-
-
-def local_entropy(local: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
-    """The entropy sums [..., n] of the maximal nodes of this rank's slice, given the row's statistics."""
-    check_logits(local, "local")
-    _check_on_one_device({"local": local, "stats": stats}, stats=torch.float32)
-    return ops.node_entropy(local, stats, own.chunk0, own.valid, *_levels(own))
-
-
-def local_token_logprobs(local: torch.Tensor, tokens: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
-    """log p of the tokens this rank holds, +0.0 where another rank holds them."""
-    check_logits(local, "local")
-    _check_on_one_device({"local": local, "tokens": tokens, "stats": stats}, stats=torch.float32)
-    local_tok = (tokens - own.start).clamp(0, local.shape[-1] - 1)
-    mine = _logprob(local.gather(-1, local_tok.unsqueeze(-1)).squeeze(-1), stats)
-    return torch.where(own.owns(tokens), mine, torch.zeros_like(mine))
-
-
-def _joined(parts: Sequence[torch.Tensor], slices: Sequence[Slice], node_dim: int):
-    """Every rank's nodes, left to right: (values concatenated along node_dim, levels, indices)."""
-    values, levels, indices = [], [], []
-    for k in _ordered(slices):
-        lv, ix = _levels(slices[k])
-        values.append(parts[k].narrow(node_dim, 0, len(lv)))
-        levels += lv
-        indices += ix
-    return torch.cat(values, dim=node_dim), levels, indices
-
-
-def join_stats(parts: Sequence[torch.Tensor], slices: Sequence[Slice]) -> torch.Tensor:
-    """The row statistics [..., 3] (those of rl_kernel.row_stats on the whole row) from every rank's nodes."""
-    _check_on_one_device(_named("parts", parts), parts=torch.float32)
-    return ops.join_stats(*_joined(parts, slices, -2))
-
-
-def join_entropy(parts: Sequence[torch.Tensor], stats: torch.Tensor, slices: Sequence[Slice]) -> torch.Tensor:
-    _check_on_one_device({**_named("parts", parts), "stats": stats}, parts=torch.float32, stats=torch.float32)
-    values, levels, indices = _joined(parts, slices, -1)
-    return ops.join_sum(values, stats, levels, indices)
-
-
-def join_token_logprobs(
-    parts: Sequence[torch.Tensor], tokens: torch.Tensor, slices: Sequence[Slice], ignore_index: int = IGNORE
-) -> torch.Tensor:
-    """Each token's log-prob from the rank that holds it; NaN for an id outside [0, vocab_size) (as on one
-    device with validate=False), +0.0 for ignore_index."""
-    _check_on_one_device({**_named("parts", parts), "tokens": tokens}, parts=torch.float32)
-    out = torch.zeros_like(parts[0])
-    for k, s in enumerate(slices):
-        out = torch.where(s.owns(tokens), parts[k], out)
-    vocab = slices[0].vocab_size
-    out = torch.where((tokens < 0) | (tokens >= vocab), _CANONICAL_NAN.to(out.device), out)
-    return torch.where(tokens == ignore_index, torch.zeros_like(out), out)
-
-
-def _named(name: str, parts: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {f"{name}[{k}]": t for k, t in enumerate(parts)}
-
-
-def _check_on_one_device(tensors: dict[str, torch.Tensor], **dtypes: torch.dtype) -> None:
-    """Every named tensor is a tensor (of dtypes[name], or dtypes[prefix] for "prefix[k]") on one device."""
-    if not tensors:
-        raise ValueError("rl_kernel.parallel: no tensors (an empty list of parts?)")
-    for name, t in tensors.items():
-        check_tensor(t, name, dtypes.get(name.split("[")[0]))
-    check_same_device(tensors)
-
-
-def _logprob(x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
-    """The contract's log p = flush((x - m) - log_s), the canonical NaN for a bad row (s < 1)."""
-    m, s, log_s = stats.unbind(-1)
-    v = (x.float() - m) - log_s
-    v = torch.where(v.abs() < _MIN_NORMAL, torch.zeros_like(v), v)
-    return torch.where(s >= 1.0, v, _CANONICAL_NAN.to(v.device))
-
-
-def _padded(part: torch.Tensor, slices: Sequence[Slice], node_dim: int) -> torch.Tensor:
-    """part padded along node_dim to the most nodes any rank has (all-gather needs equal shapes)."""
-    nmax = max(len(s.nodes) for s in slices)
-    shape = list(part.shape)
-    shape[node_dim] = nmax - part.shape[node_dim]
-    return torch.cat([part, part.new_zeros(shape)], dim=node_dim).contiguous()
-
-
-def _stats(local: torch.Tensor, slices: Sequence[Slice], me: int, exchange: Exchange) -> torch.Tensor:
-    return join_stats(exchange(_padded(local_stats(local, slices[me]), slices, -2)), slices)
-
-
-def _local_tokens(tokens: torch.Tensor, own: Slice, width: int, ignore_index: int) -> torch.Tensor:
-    """Token ids as this slice's column indices; another rank's token becomes an index no column has."""
-    elsewhere = width if ignore_index != width else width + 1
-    local = torch.where(own.owns(tokens), tokens - own.start, torch.full_like(tokens, elsewhere))
-    return torch.where(tokens == ignore_index, torch.full_like(tokens, ignore_index), local)
+__all__ = [
+    "CHUNK",
+    "Slice",
+    "check_layout",
+    "entropy",
+    "layout",
+    "lm_head_logprobs",
+    "megatron_widths",
+    "rank_order_token_logprobs",
+    "simulate",
+    "simulate_entropy",
+    "simulate_rank_order_token_logprobs",
+    "simulate_stats",
+    "simulate_token_logprobs",
+    "sum_allreduce_token_logprobs",
+    "token_logprobs",
+]
 
 
 # ---- autograd -----------------------------------------------------------------------------------
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local, tokens, slices, me, exchange, ignore_index):
-        stats = _stats(local, slices, me, exchange)
+        stats = exchanged_stats(local, slices, me, exchange)
         mine = local_token_logprobs(local, tokens, stats, slices[me])
         out = join_token_logprobs(exchange(mine.contiguous()), tokens, slices, ignore_index)
-        ctx.save_for_backward(local, _local_tokens(tokens, slices[me], local.shape[-1], ignore_index), stats)
+        ctx.save_for_backward(local, local_tokens(tokens, slices[me], local.shape[-1], ignore_index), stats)
         ctx.valid, ctx.ignore_index = slices[me].valid, ignore_index
         return out
 
@@ -247,8 +98,8 @@ class _TokenLogprobs(torch.autograd.Function):
 class _Entropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, local, slices, me, exchange):
-        stats = _stats(local, slices, me, exchange)
-        h = join_entropy(exchange(_padded(local_entropy(local, stats, slices[me]), slices, -1)), stats, slices)
+        stats = exchanged_stats(local, slices, me, exchange)
+        h = join_entropy(exchange(padded(local_entropy(local, stats, slices[me]), slices, -1)), stats, slices)
         ctx.save_for_backward(local, stats, h)
         ctx.valid = slices[me].valid
         return h
@@ -257,37 +108,6 @@ class _Entropy(torch.autograd.Function):
     def backward(ctx, grad):
         local, stats, h = ctx.saved_tensors
         return ops.entropy_backward_slice(grad.contiguous(), local, stats, h, ctx.valid), None, None, None
-
-
-# ---- torch.distributed ------------------------------------------------------------------------
-def _world(group) -> tuple[int, int]:
-    if not (dist.is_available() and dist.is_initialized()):
-        return 0, 1
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
-def all_gather_exchange(group=None) -> Exchange:
-    """The exchange over torch.distributed: all_gather (a byte copy on gloo, NCCL and RCCL)."""
-
-    def exchange(t: torch.Tensor) -> list[torch.Tensor]:
-        _, world = _world(group)
-        if world == 1:
-            return [t]
-        out = [torch.empty_like(t) for _ in range(world)]
-        dist.all_gather(out, t.contiguous(), group=group)
-        return out
-
-    return exchange
-
-
-def layout(local: torch.Tensor, vocab_start: int, vocab_size: int, group=None) -> tuple[list[Slice], int]:
-    """Every rank's slice (all-gathered) and this rank's index in the group; checked by check_layout."""
-    me, _ = _world(group)
-    mine = torch.tensor([int(vocab_start), int(local.shape[-1]), int(vocab_size)], dtype=torch.int64)
-    rows = all_gather_exchange(group)(mine.to(local.device))
-    slices = [Slice(*(int(v) for v in r.cpu().tolist())) for r in rows]
-    check_layout(slices)
-    return slices, me
 
 
 def token_logprobs(
@@ -326,8 +146,6 @@ def lm_head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.T
     of the single-device ones. dHidden is complete on every rank (each rank's fp32 partial all-gathered and
     added in column order: never a SUM all-reduce; do not all-reduce it again): deterministic and the same on
     every rank, but summed by rank, so its last bits depend on the layout (docs/numerics.md 12.3)."""
-    from rl_kernel.head import vocab_parallel
-
     return vocab_parallel(hidden, weight, tokens, group, **kw)
 
 
@@ -421,7 +239,7 @@ def sum_allreduce_token_logprobs(
     m = x.max(dim=-1).values
     picked = x.gather(-1, (tokens - own.start).clamp(0, x.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)
     picked = torch.where(own.owns(tokens), picked, torch.zeros_like(picked))
-    distributed = _world(group)[1] > 1
+    distributed = world(group)[1] > 1
     if distributed:
         dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
     s = torch.exp(x - m.unsqueeze(-1)).sum(dim=-1)
@@ -435,7 +253,7 @@ def rank_order_stats(parts_whole: Sequence[torch.Tensor]) -> torch.Tensor:
     """Wrong on purpose (a negative control): each rank's slice reduced as a row of its own, the ranks'
     (m, s) then joined in rank order. parts_whole[k] is [..., 1, 2]. Differs from the row's tree wherever a
     rank boundary is not a boundary of the tree's top nodes."""
-    _check_on_one_device(_named("parts_whole", parts_whole), parts_whole=torch.float32)
+    check_on_one_device(named("parts_whole", parts_whole), parts_whole=torch.float32)
     values = torch.cat(list(parts_whole), dim=-2)
     n = values.shape[-2]
     return ops.join_stats(values, [0] * n, [2 * k for k in range(n)])  # no two are siblings: a fold
@@ -460,7 +278,7 @@ def rank_order_token_logprobs(
     exchange = all_gather_exchange(group)
     with torch.no_grad():
         parts = exchange(_whole_slice_stats(local_logits.detach(), slices[me]))
-        stats = rank_order_stats([parts[k] for k in _ordered(slices)])
+        stats = rank_order_stats([parts[k] for k in ordered(slices)])
         mine = local_token_logprobs(local_logits.detach(), tokens, stats, slices[me])
         wrong = join_token_logprobs(exchange(mine.contiguous()), tokens, slices, ignore_index)
     return right + (wrong - right).detach()

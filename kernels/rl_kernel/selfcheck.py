@@ -28,7 +28,7 @@ import torch
 
 import rl_kernel
 from rl_kernel import bitwise, inputs, tiers
-from rl_kernel.checks import Case, OpSpec, all_specs, families
+from rl_kernel.families import Case, OpSpec, all_specs, families
 from rl_kernel.tiers import Tier
 
 #: The kinds of comparison, in the order they are reported.
@@ -96,7 +96,7 @@ def family_cases(
     operators and its random case (on the CPU), keyed "<family>" or "<family>/<case>". Operators with
     their own sizes (OpSpec.sizes) take part only at those sizes."""
     grouped: dict[tuple[str, object], list[OpSpec]] = {}
-    for spec in all_specs((tier or tiers.get("exact")).checks):
+    for spec in all_specs(tier or tiers.get("exact")):
         if (only is None or spec.family in only) and (spec.sizes is None or vocab in spec.sizes):
             grouped.setdefault((spec.family, spec.check_case), []).append(spec)
     per_family: dict[str, int] = {}
@@ -129,7 +129,7 @@ def family_invariance_checks(
     """Each family's own batch/order checks (a module's invariance_checks(size, dtype, device)), for the
     families that take part at this size."""
     found: dict[str, bitwise.Diff] = {}
-    for name, module in families((tier or tiers.get("exact")).checks).items():
+    for name, module in families(tier or tiers.get("exact")).items():
         if only is not None and name not in only:
             continue
         hook = getattr(module, "invariance_checks", None)
@@ -217,7 +217,7 @@ def run_sizes(vocabs: str | None, only: frozenset[str] | None, tier: Tier | None
     every chosen family's sizes, in increasing order."""
     if vocabs:
         return [int(v) for v in vocabs.split(",")]
-    chosen = [s for s in all_specs((tier or tiers.get("exact")).checks) if only is None or s.family in only]
+    chosen = [s for s in all_specs(tier or tiers.get("exact")) if only is None or s.family in only]
     sizes = {v for s in chosen for v in (s.sizes or inputs.VOCABS)}
     return sorted(sizes)
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the records here")
     args = ap.parse_args(argv)
     tier = tiers.get(args.tier)
-    known = sorted(families(tier.checks))
+    known = sorted(families(tier))
     if args.family and set(args.family) - set(known):
         ap.error(f"unknown family for the {tier.name} tier: {', '.join(sorted(set(args.family) - set(known)))} "
                  f"(known: {', '.join(known)})")  # fmt: skip

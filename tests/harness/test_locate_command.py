@@ -22,7 +22,7 @@ USER = textwrap.dedent(
     """
     import torch
     from torch import nn
-    from rl_kernel.locate import tiny_model
+    from rl_kernel.models import tiny_model
 
     def planted():
         model = tiny_model("qwen3", 97, layers=3, hidden=32, heads=4, tier="exact")

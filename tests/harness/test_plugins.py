@@ -30,8 +30,8 @@ TIER = Tier(
     platforms=("cpu",),
     module="toy_rl.ops",
     operators=("token_logprobs",),
-    layers="rl_kernel.ops.decoder",
-    checks="rl_kernel.checks",
+    layers="rl_kernel.exact.decoder.ops",
+    checks="rl_kernel.families",
     golden_dir=Path(__file__).parent / "golden",
     description="log-probs through float64 (a toy: one device, its own bits)",
 )

@@ -14,7 +14,7 @@ import torch
 import rl_kernel
 from rl_kernel.bitwise import bits_equal
 from rl_kernel.integrations.oldlogprobs import OldLogprobs, RolloutMismatchWarning, old_logprobs, reset, state_for
-from rl_kernel.locate import sequences, tiny_model
+from rl_kernel.models import sequences, tiny_model
 
 VOCAB, PROMPT, NEW = 97, 6, 4
 

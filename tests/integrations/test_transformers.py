@@ -131,8 +131,8 @@ def test_completion_logprobs_equal_generates_scores(family: str, dtype: str, dev
     """completion_logprobs (the decoder's hidden states through rl_kernel.lm_head_logprobs, no logits) == the
     log-probs of generate()'s own scores, with and without a temperature; entropy too; an untied lm_head's weight
     gradient == the one through the materialised logits."""
+    from rl_kernel.exact.softmax.ops import entropy, token_logprobs
     from rl_kernel.integrations.frameworks import divide_by_temperature
-    from rl_kernel.ops.softmax import entropy, token_logprobs
 
     model = patched(family, dtype, device)
     p = M.prompts(4, VOCAB, 5)

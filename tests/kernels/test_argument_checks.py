@@ -19,6 +19,7 @@ import torch
 
 import rl_kernel
 import rl_kernel.parallel as P
+import rl_kernel.rowtree as T
 from rl_kernel.optim import ExactAdamW
 
 V = 16  # vocabulary of the softmax-family cases: two 8-column slices for rl_kernel.parallel
@@ -45,26 +46,26 @@ def _softmax_args() -> dict[str, torch.Tensor]:
     return {"logits": _r(3, V), "tokens": torch.tensor([1, 9, 15])}
 
 
-def _slices() -> list[P.Slice]:
-    return [P.Slice(0, 8, V), P.Slice(8, 8, V)]
+def _slices() -> list[T.Slice]:
+    return [T.Slice(0, 8, V), T.Slice(8, 8, V)]
 
 
 def _parts_stats() -> dict[str, torch.Tensor]:
     x, s = _r(3, V), _slices()
-    return {"parts[0]": P.local_stats(x[:, :8], s[0]), "parts[1]": P.local_stats(x[:, 8:], s[1])}
+    return {"parts[0]": T.local_stats(x[:, :8], s[0]), "parts[1]": T.local_stats(x[:, 8:], s[1])}
 
 
 def _entropy_parts() -> dict[str, torch.Tensor]:
     x, s = _r(3, V), _slices()
-    stats = P.join_stats([P.local_stats(x[:, :8], s[0]), P.local_stats(x[:, 8:], s[1])], s)
-    parts = {f"parts[{k}]": P.local_entropy(x[:, 8 * k : 8 * k + 8], stats, s[k]) for k in range(2)}
+    stats = T.join_stats([T.local_stats(x[:, :8], s[0]), T.local_stats(x[:, 8:], s[1])], s)
+    parts = {f"parts[{k}]": T.local_entropy(x[:, 8 * k : 8 * k + 8], stats, s[k]) for k in range(2)}
     return {**parts, "stats": stats}
 
 
 def _lp_parts() -> dict[str, torch.Tensor]:
     x, s, tok = _r(3, V), _slices(), torch.tensor([1, 9, 15])
-    stats = P.join_stats([P.local_stats(x[:, :8], s[0]), P.local_stats(x[:, 8:], s[1])], s)
-    parts = {f"parts[{k}]": P.local_token_logprobs(x[:, 8 * k : 8 * k + 8], tok, stats, s[k]) for k in range(2)}
+    stats = T.join_stats([T.local_stats(x[:, :8], s[0]), T.local_stats(x[:, 8:], s[1])], s)
+    parts = {f"parts[{k}]": T.local_token_logprobs(x[:, 8 * k : 8 * k + 8], tok, stats, s[k]) for k in range(2)}
     return {**parts, "tokens": tok}
 
 
@@ -94,7 +95,7 @@ def _attention() -> dict[str, torch.Tensor]:
 def _local() -> dict[str, torch.Tensor]:
     x = _r(3, V)
     s = _slices()
-    stats = P.join_stats([P.local_stats(x[:, :8], s[0]), P.local_stats(x[:, 8:], s[1])], s)
+    stats = T.join_stats([T.local_stats(x[:, :8], s[0]), T.local_stats(x[:, 8:], s[1])], s)
     return {"local": x[:, :8].contiguous(), "tokens": torch.tensor([1, 9, 15]), "stats": stats}
 
 
@@ -138,19 +139,19 @@ OPS = [
        {"local_logits": F64, "tokens": torch.float32}),
     Op("parallel.entropy", lambda: {"local_logits": _r(3, V)},
        lambda local_logits: P.entropy(local_logits, vocab_start=0, vocab_size=V), {"local_logits": F64}),
-    Op("parallel.local_stats", lambda: {"local": _r(3, 8)}, lambda local: P.local_stats(local, _slices()[0]),
+    Op("parallel.local_stats", lambda: {"local": _r(3, 8)}, lambda local: T.local_stats(local, _slices()[0]),
        {"local": F64}),
     Op("parallel.local_entropy", lambda: {k: v for k, v in _local().items() if k != "tokens"},
-       lambda local, stats: P.local_entropy(local, stats, _slices()[0]), {"local": F64, "stats": F64}),
+       lambda local, stats: T.local_entropy(local, stats, _slices()[0]), {"local": F64, "stats": F64}),
     Op("parallel.local_token_logprobs", _local,
-       lambda local, tokens, stats: P.local_token_logprobs(local, tokens, stats, _slices()[0]),
+       lambda local, tokens, stats: T.local_token_logprobs(local, tokens, stats, _slices()[0]),
        {"local": F64, "stats": F64}),
-    Op("parallel.join_stats", _parts_stats, lambda **t: P.join_stats(_parts(t), _slices()),
+    Op("parallel.join_stats", _parts_stats, lambda **t: T.join_stats(_parts(t), _slices()),
        {"parts[0]": F64, "parts[1]": F64}),
-    Op("parallel.join_entropy", _entropy_parts, lambda **t: P.join_entropy(_parts(t), t["stats"], _slices()),
+    Op("parallel.join_entropy", _entropy_parts, lambda **t: T.join_entropy(_parts(t), t["stats"], _slices()),
        {"parts[1]": F64, "stats": F64}),
     Op("parallel.join_token_logprobs", _lp_parts,
-       lambda **t: P.join_token_logprobs(_parts(t), t["tokens"], _slices()), {"parts[0]": F64, "parts[1]": F64}),
+       lambda **t: T.join_token_logprobs(_parts(t), t["tokens"], _slices()), {"parts[0]": F64, "parts[1]": F64}),
     Op("parallel.simulate_token_logprobs", _softmax_args,
        lambda logits, tokens: P.simulate_token_logprobs(logits, tokens, [8, 8]),
        {"logits": F64, "tokens": torch.float32}),
@@ -169,7 +170,7 @@ OPS = [
        lambda local_logits, tokens: P.rank_order_token_logprobs(local_logits, tokens, vocab_start=0, vocab_size=V),
        {"local_logits": F64, "tokens": torch.float32}),
     Op("parallel.rank_order_stats",
-       lambda: {f"parts_whole[{k}]": P.local_stats(_r(3, 8, seed=k), P.Slice(0, 8, 8)) for k in range(2)},
+       lambda: {f"parts_whole[{k}]": T.local_stats(_r(3, 8, seed=k), T.Slice(0, 8, 8)) for k in range(2)},
        lambda **t: P.rank_order_stats(_parts(t, "parts_whole")), {"parts_whole[1]": F64}),
 ]  # fmt: skip
 

@@ -24,6 +24,8 @@ import pytest
 import torch
 
 import rl_kernel.fast as fast
+import rl_kernel.fast.configs as fast_configs
+from rl_kernel import tiers
 
 from tooling import require
 
@@ -51,7 +53,7 @@ def test_signatures_match_the_exact_tier() -> None:
     """A Hugging Face patch swaps the exact tier's functions for these: the same parameters, kinds and defaults."""
     import inspect
 
-    from rl_kernel.ops import decoder
+    from rl_kernel.exact.decoder import ops as decoder
 
     def params(fn):
         return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
@@ -105,7 +107,7 @@ def test_import_without_triton_fails_only_at_the_call() -> None:
 
 
 def test_configs_pin_every_knob() -> None:
-    cfg = fast.configs()
+    cfg = fast_configs.configs()
     assert set(TARGETS) <= set(cfg["targets"])
     for name, t in cfg["targets"].items():
         assert isinstance(t["launch"]["enable_fp_fusion"], bool)
@@ -116,10 +118,10 @@ def test_configs_pin_every_knob() -> None:
                 if name == "sm_90":
                     assert b["block_m"] >= 64 and b["num_warps"] % 4 == 0
     # the K step depends on (N, K) only; only the tile changes with M
-    ks = {fast.config_for("linear", "sm_90", m=m, n=4096, k=4096)["block_k"] for m in (1, 16, 256, 4096, 16384)}
+    ks = {fast_configs.config_for("linear", "sm_90", m=m, n=4096, k=4096)["block_k"] for m in (1, 16, 256, 4096, 16384)}
     assert ks == {64}
-    a = fast.config_for("attention", "sm_90", head_dim=128)
-    assert a["block_d"] == 128 and fast.config_for("attention", "sm_90", head_dim=96) == a
+    a = fast_configs.config_for("attention", "sm_90", head_dim=128)
+    assert a["block_d"] == 128 and fast_configs.config_for("attention", "sm_90", head_dim=96) == a
 
 
 @pytest.mark.parametrize(
@@ -132,17 +134,17 @@ def test_configs_pin_every_knob() -> None:
     ],
 )  # fmt: skip
 def test_config_loader_rejects(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
-    text = fast.CONFIG_PATH.read_text()
+    text = fast_configs.CONFIG_PATH.read_text()
     assert edit[0] in text
     bad = tmp_path / "configs.toml"
     bad.write_text(text.replace(edit[0], edit[1], 1))
-    with pytest.raises(fast.ConfigError, match=message):
-        fast.configs(bad)
+    with pytest.raises(fast_configs.ConfigError, match=message):
+        fast_configs.configs(bad)
 
 
 def test_unknown_target_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="no pinned config for target 'sm_61'"):
-        fast.config_for("linear", "sm_61", m=1, n=8, k=8)
+        fast_configs.config_for("linear", "sm_61", m=1, n=8, k=8)
 
 
 # ---- compile_check: the static proof ---------------------------------------------------------------------
@@ -274,11 +276,11 @@ def _check_linear() -> dict[str, bool]:
     comp = torch.compile(lambda a: fast.linear(a, w, b), backend="aot_eager", dynamic=True, fullgraph=True)
     res["torch.compile == eager (M=1, 300)"] = _same(comp(x[:1]), y[:1]) and _same(comp(x), y)
     # the gate's negative control: a split-K moves bits (and stays near float64)
-    os.environ[fast.CONTROL_VAR] = "split-k"
+    os.environ[tiers.CONTROL_VAR] = "split-k"
     try:
-        y_split = fast.linear(x, w, b)
+        y_split = tiers.get("fast").op("linear")(x, w, b)
     finally:
-        del os.environ[fast.CONTROL_VAR]
+        del os.environ[tiers.CONTROL_VAR]
     res["split-k control moves bits, stays accurate"] = not _same(y_split, y) and bool(
         (y_split.double() - ref).norm() / ref.norm() < 1e-2
     )

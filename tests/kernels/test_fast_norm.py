@@ -1,4 +1,4 @@
-"""The fast tier's RMSNorm (rl_kernel.fast.norm): the exact tier's forward bits, a backward that matches float64
+"""The fast tier's RMSNorm (rl_kernel.fast.decoder.norm): the exact tier's forward bits, a backward that matches float64
 and repeats bit for bit, and a weight gradient that is not the exact tier's sequential row chain."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_kernel.exact.decoder.ops import rms_norm as exact_rms_norm
 from rl_kernel.fast import norm
-from rl_kernel.ops.decoder import rms_norm as exact_rms_norm
 
 
 def _case(dtype: torch.dtype, rows: int = 37, h: int = 64, seed: int = 0):

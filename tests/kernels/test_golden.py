@@ -1,5 +1,5 @@
 """Golden digests of the `exact` tier (rl_kernel.golden): the build's output bits equal the committed
-kernels/rl_kernel/golden/exact/<family>.json.
+kernels/rl_kernel/exact/<family>/golden.json.
 
 These tests only check; nothing here writes a golden file. After an intended change of the numerical
 contract, regenerate with `python -m rl_kernel.golden --update` and say so in the commit.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_kernel import golden, inputs
-from rl_kernel.checks import all_specs
+from rl_kernel import golden, inputs, tiers
+from rl_kernel.families import all_specs
 
 FAMILIES = golden.families()
 
@@ -51,13 +51,18 @@ def test_golden_file_is_complete(family: str) -> None:
     assert all(len(v) == 64 and int(v, 16) >= 0 for v in table.values())
 
 
+EXACT = tiers.get("exact").folder
+
+
 def test_every_golden_file_belongs_to_a_family() -> None:
-    assert sorted(p.stem for p in golden.GOLDEN_DIR.glob("*.json")) == FAMILIES
+    assert sorted(p.parent.name for p in EXACT.glob("*/golden.json")) == FAMILIES
 
 
 def _altered_copy(tmp_path: Path, family: str) -> tuple[Path, str]:
-    """A copy of the golden directory with one digest of family flipped; returns (dir, key)."""
-    shutil.copytree(golden.GOLDEN_DIR, tmp_path, dirs_exist_ok=True)
+    """A copy of the tier's golden files with one digest of family flipped; returns (dir, key)."""
+    for f in FAMILIES:
+        (tmp_path / f).mkdir(parents=True, exist_ok=True)
+        shutil.copy(golden.path_for(f), golden.path_for(f, tmp_path))
     table = golden.load(family, tmp_path)
     key = sorted(table)[0]
     table[key] = ("0" if table[key][0] != "0" else "1") + table[key][1:]
@@ -94,7 +99,8 @@ def test_a_per_target_tier_names_its_files_by_target(tmp_path, capsys) -> None:
     from rl_kernel import tiers
 
     fast = tiers.get("fast")
-    assert fast.golden_path("decoder", "sm_90") == fast.golden_dir / "sm_90" / "decoder.json"
+    assert fast.golden_path("decoder", "sm_90") == fast.folder / "decoder" / "golden" / "sm_90.json"
+    assert fast.golden_path("decoder", "sm_90").is_file()  # the H200's digests (the sm_90 baseline)
     with pytest.raises(tiers.TierError, match="per target"):
         fast.golden_path("decoder")
     assert golden.target_for(fast, "cpu") == "cpu" and golden.target_for(tiers.get("exact"), "cpu") is None

@@ -12,26 +12,26 @@ import pytest
 import torch
 
 import rl_kernel
-from rl_kernel import build_flags, checks, tiers
-from rl_kernel.checks import all_specs, families
+from rl_kernel import build_flags, tiers
+from rl_kernel.families import all_specs, families
 
 ROOT = Path(__file__).resolve().parents[2]
-CSRC = ROOT / "kernels" / "rl_kernel" / "csrc"
+EXACT = ROOT / "kernels" / "rl_kernel" / "exact"
 
 
 def test_sources_are_discovered_relative_to_the_repository() -> None:
     cpu, gpu = build_flags.sources(gpu=False), build_flags.sources(gpu=True)
     assert cpu == [
-        "kernels/rl_kernel/csrc/common/module.cpp",
-        "kernels/rl_kernel/csrc/decoder/decoder_cpu.cpp",
-        "kernels/rl_kernel/csrc/sampling/sampling_cpu.cpp",
-        "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
+        "kernels/rl_kernel/exact/common/module.cpp",
+        "kernels/rl_kernel/exact/decoder/decoder_cpu.cpp",
+        "kernels/rl_kernel/exact/sampling/sampling_cpu.cpp",
+        "kernels/rl_kernel/exact/softmax/softmax_cpu.cpp",
     ]
     assert gpu == [
         *cpu,
-        "kernels/rl_kernel/csrc/decoder/decoder_gpu.cu",
-        "kernels/rl_kernel/csrc/sampling/sampling_gpu.cu",
-        "kernels/rl_kernel/csrc/softmax/softmax_gpu.cu",
+        "kernels/rl_kernel/exact/decoder/decoder_gpu.cu",
+        "kernels/rl_kernel/exact/sampling/sampling_gpu.cu",
+        "kernels/rl_kernel/exact/softmax/softmax_gpu.cu",
     ]
     assert all((ROOT / p).is_file() for p in gpu)
 
@@ -39,19 +39,19 @@ def test_sources_are_discovered_relative_to_the_repository() -> None:
 def test_a_new_family_folder_is_picked_up(tmp_path: Path) -> None:
     made = ("common/module.cpp", "softmax/softmax_cpu.cpp", "norm/norm_cpu.cpp", "norm/norm_gpu.cu", "norm/norm.cuh")
     for rel in made:
-        path = tmp_path / "kernels" / "rl_kernel" / "csrc" / rel
+        path = tmp_path / "kernels" / "rl_kernel" / "exact" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
     assert build_flags.sources(gpu=True, root=tmp_path) == [
-        "kernels/rl_kernel/csrc/common/module.cpp",
-        "kernels/rl_kernel/csrc/norm/norm_cpu.cpp",
-        "kernels/rl_kernel/csrc/softmax/softmax_cpu.cpp",
-        "kernels/rl_kernel/csrc/norm/norm_gpu.cu",
+        "kernels/rl_kernel/exact/common/module.cpp",
+        "kernels/rl_kernel/exact/norm/norm_cpu.cpp",
+        "kernels/rl_kernel/exact/softmax/softmax_cpu.cpp",
+        "kernels/rl_kernel/exact/norm/norm_gpu.cu",
     ]
 
 
 def test_check_sources_are_every_family_check_file() -> None:
-    assert build_flags.check_sources() == sorted(CSRC.glob("*/*_check.cu"))
+    assert build_flags.check_sources() == sorted(EXACT.glob("*/*_check.cu"))
     assert [p.parent.name for p in build_flags.check_sources()] == ["decoder", "sampling", "softmax"]
 
 
@@ -61,42 +61,48 @@ def test_build_flags_load_without_the_extension() -> None:
     assert "-ffp-contract=off" in flags["CXX_FLAGS"]
 
 
-# What the Hugging Face patch takes from a tier's layers module (integrations/transformers.py).
+# What the Hugging Face patch takes from a tier (integrations/transformers.py: Tier.namespace()).
 LAYER_NAMES = ("linear", "embedding", "rms_norm", "rope_inv_freq", "rope_table", "silu_mul", "attention",
                "positions_from_mask")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(tiers.tiers()))
 def test_every_tier_declares_its_parts(name: str) -> None:
-    """A tier's descriptor holds together: its operators exist, its layers module has what the patch swaps,
-    its checks package has families, and a tier with a CPU reference is built from csrc/ (the folders below)."""
+    """A tier's descriptor holds together: its own operators exist, with its fallback's it has what the patch swaps,
+    it has families (each with SPECS), its fused-head GEMMs and controls load, and its scan is callable (or the
+    compiled tier's contract scan)."""
     tier = tiers.get(name)
     api = tier.api()
     assert all(callable(getattr(api, op)) for op in tier.operators), tier.operators
-    layers = tier.layer_module()
-    assert [n for n in LAYER_NAMES if not callable(getattr(layers, n, None))] == []
-    assert checks.families(tier.checks), f"the {name} tier's checks package {tier.checks} has no family"
-    for spec in checks.all_specs(tier.checks):  # a differentiable spec's case carries the gradient it takes
+    ops = tier.namespace()
+    assert [n for n in LAYER_NAMES if not callable(getattr(ops, n, None))] == []
+    assert tier.families(), f"the {name} tier ({tier.folder}) has no family folder with a checks.py"
+    for spec in all_specs(tier):  # a differentiable spec's case carries the gradient it takes
         case = spec.check_case((spec.sizes or spec.golden_vocabs)[0], torch.bfloat16, 1)
         if spec.differentiable:
             assert spec.upstream_grad(case).shape, spec.name
-    if tier.cpu_reference:
-        assert tier.golden_dir.is_dir() and tier.scan == "csrc"
+    assert callable(tier.head_gemms().logits)
+    for control in tier.controls.values():
+        assert importlib.import_module(control).__name__ == control
+    if tier.compiled:
+        assert tier.scan == "compiled"
     else:
         module, _, func = (tier.scan or "").partition(":")
         assert callable(getattr(importlib.import_module(module), func)), tier.scan
 
 
-def test_every_family_of_a_cpu_reference_tier_has_its_folders() -> None:
-    with_reference = [t for t in tiers.tiers().values() if t.cpu_reference]
-    assert [t.name for t in with_reference] == ["exact"]
-    assert set(rl_kernel.ops.families()) == set(families()), "an operator module without checks, or the reverse"
-    for family in (f for t in with_reference for f in checks.families(t.checks)):
-        assert (CSRC / family / f"{family}.cuh").is_file()
-        for suffix in ("_cpu.cpp", "_gpu.cu", "_check.cu"):
-            assert (CSRC / family / f"{family}{suffix}").is_file()
-        assert (ROOT / "kernels" / "rl_kernel" / "reference" / f"{family}.py").is_file()
-        assert (ROOT / "tests" / "kernels" / f"test_{family}.py").is_file()
+def test_every_family_of_a_compiled_tier_is_one_folder() -> None:
+    """A family folder holds everything of the family: kernels (each GPU kernel beside its CPU reference), its
+    operators, its numpy reference, its checks and its golden digests; and its behaviour tests exist."""
+    compiled = [t for t in tiers.tiers().values() if t.compiled]
+    assert [t.name for t in compiled] == ["exact"]
+    for tier in compiled:
+        for family in tier.families():
+            folder = tier.folder / family
+            for name in (f"{family}.cuh", f"{family}_cpu.cpp", f"{family}_gpu.cu", f"{family}_check.cu", "ops.py",
+                         "reference.py", "checks.py", "golden.json"):  # fmt: skip
+                assert (folder / name).is_file(), f"{folder / name} is missing"
+            assert (ROOT / "tests" / "kernels" / f"test_{family}.py").is_file()
 
 
 def test_specs_are_unique_and_named_by_family() -> None:
@@ -127,14 +133,13 @@ def test_specs_are_unique_and_named_by_family() -> None:
 def test_public_api_and_submodules_are_attributes() -> None:
     for name in rl_kernel.__all__:
         assert hasattr(rl_kernel, name), name
-    assert rl_kernel.checks.all_specs() == all_specs()
 
 
 def test_submodules_need_no_import_of_their_own() -> None:
     code = (
         "import torch, rl_kernel; "
         "assert rl_kernel.bitwise.diff(torch.ones(2), torch.ones(2)).equal; "
-        "assert rl_kernel.reference.CHUNK == 8 and callable(rl_kernel.reference.row_stats)"
+        "assert rl_kernel.exact.reference.CHUNK == 8 and callable(rl_kernel.exact.reference.row_stats)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -146,15 +151,15 @@ def _bare_torch_checks(text: str) -> list[int]:
 
 
 def test_argument_checks_build_their_message_without_ostream() -> None:
-    """Every check in csrc goes through RL_CHECK (common/check.h): a TORCH_CHECK that formats a number
+    """Every check of the compiled sources goes through RL_CHECK (common/check.h): a TORCH_CHECK that formats a number
     crashed the process on the H200 machine instead of raising (docs/benchmarks.md, 2026-12-02)."""
     assert _bare_torch_checks('  TORCH_CHECK(n > 0, "at most ", n);\n  RL_CHECK(n > 0, "x");') == [1]  # control
     assert _bare_torch_checks("// TORCH_CHECK(x) in a comment\n") == []
     found = {
-        str(p.relative_to(CSRC)): lines
-        for p in sorted(CSRC.rglob("*"))
+        str(p.relative_to(EXACT)): lines
+        for p in build_flags.contract_files()
         if p.suffix in {".h", ".cuh", ".cpp", ".cu"} and p.name != "check.h"
         if (lines := _bare_torch_checks(p.read_text()))
     }
     assert not found, f"use RL_CHECK (common/check.h), not TORCH_CHECK: {found}"
-    assert sum(p.read_text().count("RL_CHECK(") for p in CSRC.rglob("*_ops.h")) > 40
+    assert sum(p.read_text().count("RL_CHECK(") for p in EXACT.glob("*/*_ops.h")) > 40

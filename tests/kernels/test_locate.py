@@ -17,7 +17,8 @@ from torch import nn
 
 import rl_kernel
 from rl_kernel.bitwise import bits_equal
-from rl_kernel.locate import ROOT, locate, locate_paths, sequences, tiny_model
+from rl_kernel.locate import ROOT, locate, locate_paths
+from rl_kernel.models import sequences, tiny_model
 
 pytest.importorskip("transformers")
 

@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 import rl_kernel
 import rl_kernel.parallel as P
+import rl_kernel.rowtree as T
 from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal, diff
 
@@ -59,7 +60,7 @@ def tokens_for(rows: int, vocab: int, seed: int) -> torch.Tensor:
 # ---- the layout ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("c0,c1", [(0, 1), (0, 18992), (3, 7), (5, 5), (1, 4096), (9496, 18992), (123, 4567)])
 def test_decompose_tiles_the_range_with_maximal_aligned_nodes(c0: int, c1: int) -> None:
-    nodes = P.decompose(c0, c1)
+    nodes = T.decompose(c0, c1)
     at = c0
     for level, index in nodes:
         assert index << level == at, (nodes, at)
@@ -74,22 +75,22 @@ def test_decompose_tiles_the_range_with_maximal_aligned_nodes(c0: int, c1: int) 
 @pytest.mark.parametrize(
     "slices,message",
     [
-        ([P.Slice(0, 100, 200), P.Slice(100, 100, 200)], "multiple of 8"),
-        ([P.Slice(0, 96, 200), P.Slice(104, 96, 200)], "without gaps or overlaps"),
-        ([P.Slice(0, 104, 200), P.Slice(96, 104, 200)], "without gaps or overlaps"),
-        ([P.Slice(0, 96, 200), P.Slice(96, 96, 200)], "before vocab_size"),
-        ([P.Slice(0, 96, 200), P.Slice(96, 104, 201)], "vocab_size differs"),
-        ([P.Slice(0, 0, 200), P.Slice(0, 200, 200)], "holds no columns"),
+        ([T.Slice(0, 100, 200), T.Slice(100, 100, 200)], "multiple of 8"),
+        ([T.Slice(0, 96, 200), T.Slice(104, 96, 200)], "without gaps or overlaps"),
+        ([T.Slice(0, 104, 200), T.Slice(96, 104, 200)], "without gaps or overlaps"),
+        ([T.Slice(0, 96, 200), T.Slice(96, 96, 200)], "before vocab_size"),
+        ([T.Slice(0, 96, 200), T.Slice(96, 104, 201)], "vocab_size differs"),
+        ([T.Slice(0, 0, 200), T.Slice(0, 200, 200)], "holds no columns"),
         ([], "no slices"),
     ],
 )
 def test_bad_layouts_are_refused_by_name(slices: list, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        P.check_layout(slices)
+        T.check_layout(slices)
 
 
 def test_a_layout_in_any_rank_order_is_accepted() -> None:
-    P.check_layout([P.Slice(96, 104, 200), P.Slice(0, 96, 200)])
+    T.check_layout([T.Slice(96, 104, 200), T.Slice(0, 96, 200)])
 
 
 # ---- one process: every slice's kernels, the exchange a concatenation ---------------------------------
@@ -102,7 +103,7 @@ def test_slices_give_the_single_device_bits(device: str, vocab: int, widths: lis
     tok = tokens_for(rows, vocab, seed=vocab).to(device)
     whole = x[:, :vocab].contiguous()
     locals_, slices = P.simulate(x, widths, vocab)
-    stats = P.join_stats([P.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
+    stats = T.join_stats([T.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
     assert_bits(stats, rl_kernel.row_stats(whole), "row statistics")
     assert_bits(P.simulate_token_logprobs(x, tok, widths, vocab), rl_kernel.token_logprobs(whole, tok), "log-probs")
     assert_bits(P.simulate_entropy(x, widths, vocab), rl_kernel.entropy(whole), "entropy")
@@ -263,14 +264,14 @@ def test_each_slice_gradient_is_the_slice_of_the_single_device_gradient(device: 
 
 def _fake_exchange(locals_, slices, me, tok, entropy=False):
     """The exchange one rank sees, with the other ranks' contributions computed here (in call order)."""
-    stats = P.join_stats([P.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
-    steps = [[P._padded(P.local_stats(xl, s), slices, -2) for xl, s in zip(locals_, slices, strict=True)]]
+    stats = T.join_stats([T.local_stats(xl, s) for xl, s in zip(locals_, slices, strict=True)], slices)
+    steps = [[T.padded(T.local_stats(xl, s), slices, -2) for xl, s in zip(locals_, slices, strict=True)]]
     if entropy:
         steps.append(
-            [P._padded(P.local_entropy(xl, stats, s), slices, -1) for xl, s in zip(locals_, slices, strict=True)]
+            [T.padded(T.local_entropy(xl, stats, s), slices, -1) for xl, s in zip(locals_, slices, strict=True)]
         )
     else:
-        steps.append([P.local_token_logprobs(xl, tok, stats, s) for xl, s in zip(locals_, slices, strict=True)])
+        steps.append([T.local_token_logprobs(xl, tok, stats, s) for xl, s in zip(locals_, slices, strict=True)])
     calls = iter(steps)
 
     def exchange(t: torch.Tensor) -> list[torch.Tensor]:
@@ -364,7 +365,7 @@ def test_megatron_widths_cut_on_chunks_and_cover_the_vocabulary(vocab: int, tp: 
     widths = P.megatron_widths(vocab, tp)
     assert len(widths) == tp and sum(widths) == vocab and min(widths) >= 1
     assert all(w % 8 == 0 for w in widths[:-1])
-    P.check_layout([P.Slice(sum(widths[:k]), w, vocab) for k, w in enumerate(widths)])
+    T.check_layout([T.Slice(sum(widths[:k]), w, vocab) for k, w in enumerate(widths)])
 
 
 def test_megatron_widths_refuse_a_cut_with_an_empty_rank() -> None:

@@ -13,7 +13,7 @@ import torch
 from bit_checks import assert_same, cpu_bits, dname
 
 import rl_kernel
-import rl_kernel.reference as S
+import rl_kernel.exact.reference as S
 from rl_kernel import inputs
 
 VOCABS = (1, 7, 8, 9, 255, 256, 257, 2048, 2049, 5000, 151936)
@@ -88,7 +88,7 @@ def cpu_results(x: torch.Tensor, t: torch.Tensor, w_lsm: torch.Tensor, w_row: to
 
 
 def spec_row(xr: np.ndarray, tok: int, g_lsm: np.ndarray, g_row: np.float32, dtype: torch.dtype) -> dict:
-    """The contract's results for one row (integer bits), computed by rl_kernel.reference."""
+    """The contract's results for one row (integer bits), computed by rl_kernel.exact.reference."""
     st = S.row_stats(xr)
     lsm = S.logprob(xr, st)
     h = S.entropy(xr, st)

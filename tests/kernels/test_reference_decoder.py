@@ -19,9 +19,9 @@ from bit_checks import assert_same, cpu_bits, dname
 
 import rl_kernel
 from rl_kernel import inputs
-from rl_kernel.ops.decoder import attention_with_stats
-from rl_kernel.reference import contract as C
-from rl_kernel.reference import decoder as R
+from rl_kernel.exact.common import contract as C
+from rl_kernel.exact.decoder import reference as R
+from rl_kernel.exact.decoder.ops import attention_with_stats
 
 DTYPES = inputs.DTYPES
 HEAD_DIMS = (2, 16, 34)

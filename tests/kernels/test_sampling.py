@@ -10,7 +10,7 @@ from bit_checks import assert_bits, dname
 
 import rl_kernel
 from rl_kernel import inputs
-from rl_kernel.reference import sampling as R
+from rl_kernel.exact.sampling import reference as R
 
 DTYPES = inputs.DTYPES
 SEED, STEP = 1234, 17

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rl_kernel import selfcheck
-from rl_kernel.checks import softmax
+from rl_kernel.exact.softmax import checks as softmax
 
 
 def test_selfcheck_passes_and_prints_a_table(capsys) -> None:
@@ -102,11 +102,11 @@ def test_require_gpu_without_gpu_is_an_error() -> None:
 def test_a_tier_without_a_cpu_reference_checks_nothing_on_a_cpu_and_says_so(capsys, monkeypatch) -> None:
     """The fast tier has no CPU kernels: selfcheck compares nothing here and says why (exit 0); with
     --require-gpu it is exit 2. Its checks package is the tier's own (linear, attention with float64 references)."""
-    from rl_kernel import checks, tiers
+    from rl_kernel import families, tiers
 
     fast = tiers.get("fast")
-    assert not fast.cpu_reference and {s.name for s in checks.all_specs(fast.checks)} >= {"linear", "attention"}
-    assert all(s.reference is not None for s in checks.all_specs(fast.checks) if s.name in ("linear", "attention"))
+    assert not fast.cpu_reference and {s.name for s in families.all_specs(fast)} >= {"linear", "attention"}
+    assert all(s.reference is not None for s in families.all_specs(fast) if s.name in ("linear", "attention"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the CPU-only path, on any machine
     assert selfcheck.main(["--tier", "fast"]) == 0
     assert "the fast tier has no CPU kernels and this machine has no GPU: nothing checked" in capsys.readouterr().out

@@ -17,9 +17,9 @@ from bit_checks import assert_bits, dname
 import rl_kernel
 from rl_kernel import inputs
 from rl_kernel.bitwise import int_view
-from rl_kernel.checks import Case, softmax
+from rl_kernel.families import Case, softmax
 
-# The family's differentiable operators, from its OpSpecs (rl_kernel.ops.softmax.SPECS).
+# The family's differentiable operators, from its OpSpecs (rl_kernel.exact.softmax.ops.SPECS).
 SPECS = {s.name: s for s in softmax.SPECS if s.differentiable}
 OPS = tuple(SPECS)
 IGNORE = -100

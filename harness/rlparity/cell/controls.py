@@ -33,11 +33,9 @@ catches (rlparity.selftest.EXPECTED names the comparison that must catch each co
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -46,7 +44,7 @@ import numpy as np
 import torch
 
 import rl_kernel
-import rl_kernel.reference as R
+import rl_kernel.exact.reference as R
 from rlparity.cell.episodes import IGNORE, LogprobFn
 from rlparity.cells import CONTROLS
 
@@ -285,46 +283,24 @@ def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
     """Compile rl_kernel with implicit FMA contraction; returns the shared library.
 
     gpu=False: the CPU operators only. gpu=True: also the CUDA/HIP kernels, device code with --fmad=true
-    (nvcc) or -ffp-contract=fast (hipcc). Built in a subprocess (loading it here would register
-    torch.ops.rl_kernel twice) and cached by a hash of the sources and flags.
+    (nvcc) or -ffp-contract=fast (hipcc). Built and cached by rl_kernel.mutations.build_variant.
     """
-    from rl_kernel import build_flags
+    from rl_kernel import build_flags, mutations
 
-    csrc = Path(rl_kernel.__file__).parent / "csrc"
-    cxx = [*build_flags.CXX_FLAGS, *FMA_FLAGS]
     device: list[str] = []
-    sources = _fma_sources(build_flags, gpu)
     if gpu:
         if torch.version.hip:
             device = [f for f in build_flags.HIP_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
         else:
             device = [f.replace("--fmad=false", "--fmad=true") for f in build_flags.NVCC_FLAGS]
             device = [f for f in device if f != "-Xcompiler=-ffp-contract=off"]
-    spec = {"sources": [str(p) for p in sources], "cxx": cxx, "device": device}
-    key = hashlib.sha256(
-        "".join(p.read_text() for p in sorted(csrc.rglob("*")) if p.is_file()).encode() + json.dumps(spec).encode()
-    ).hexdigest()[:12]
+    spec = {
+        "sources": [str(build_flags.REPO / s) for s in build_flags.sources(gpu)],
+        "cxx": [*build_flags.CXX_FLAGS, *FMA_FLAGS],
+        "device": device,
+    }
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
-    out = root / f"fma-{'gpu' if gpu else 'cpu'}-{key}"
-    lib = out / "rl_kernel_fma.so"
-    if lib.exists():
-        return lib
-    out.mkdir(parents=True, exist_ok=True)
-    code = (
-        "import json, sys, torch.utils.cpp_extension as E; s = json.loads(sys.argv[1]); "
-        "E.load(name='rl_kernel_fma', sources=s['sources'], extra_cflags=s['cxx'], extra_cuda_cflags=s['device'], "
-        "build_directory=sys.argv[2], is_python_module=False, verbose=False)"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(out)], capture_output=True, text=True)
-    if proc.returncode != 0 or not lib.exists():
-        raise RuntimeError(f"building the FMA variant failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return lib
-
-
-def _fma_sources(build_flags, gpu: bool) -> list[Path]:
-    """The build's C++/CUDA sources, found by build_flags.sources() (one list for setup.py, this control and
-    kernels-check)."""
-    return [build_flags.REPO / s for s in build_flags.sources(gpu)]
+    return mutations.build_variant(f"fma-{'gpu' if gpu else 'cpu'}", "rl_kernel_fma", spec, root)
 
 
 def main(argv: list[str] | None = None) -> int:

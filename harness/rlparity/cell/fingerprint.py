@@ -65,7 +65,7 @@ def _rl_kernel() -> dict[str, Any]:
     try:
         import rl_kernel
         from rl_kernel import build_flags
-        from rl_kernel._ops import has_gpu_kernels
+        from rl_kernel._library import has_gpu_kernels
     except ImportError as exc:
         return {"error": str(exc)}
     pkg = Path(rl_kernel.__file__).parent

@@ -44,7 +44,7 @@ def probe() -> Inventory:
         visible = visible_kfd_indices(os.environ, len(nodes))
         pairs = map_pairs(die_pairs(nodes, multi_die, partitions), visible) if visible is not None else []
     try:
-        from rl_kernel._ops import has_gpu_kernels
+        from rl_kernel._library import has_gpu_kernels
 
         gpu = has_gpu_kernels()
     except ImportError:

@@ -2,7 +2,7 @@
 the shape sets axes.toml marks `golden = true`, each with its workload and parameters); `--record RESULTS` writes
 a per-target tier's (fast) from what its cells recorded on their target.
 
-The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/golden/exact/,
+The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/exact/<family>/golden.json,
 written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
 (harness/rlparity/data/golden/, owned by rlparity.golden, computed on the cell side by
 `python -m rlparity.cell.golden`).

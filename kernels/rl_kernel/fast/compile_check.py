@@ -24,7 +24,8 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl_kernel.fast import attention_kernels, configs, linear_kernels, target_config
+from rl_kernel.fast import attention_kernels, linear_kernels
+from rl_kernel.fast.configs import configs, target_config
 
 try:
     import triton

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_kernel.ops.softmax import entropy, token_logprobs
+from rl_kernel.exact.softmax.ops import divide_by_temperature, entropy, token_logprobs
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True) -> torch.Tensor:
@@ -45,16 +45,6 @@ def log_probs_from_logits(logits: torch.Tensor, labels: torch.Tensor, temperatur
     if temperature != 1.0:
         logits = divide_by_temperature(logits, temperature)
     return token_logprobs(logits, labels)
-
-
-def divide_by_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """float32 logits / temperature, one correctly rounded division per element on every device. (torch's
-    CUDA divide by a Python number multiplies by the number's float reciprocal, its CPU divide divides: the
-    frameworks' `logits / T` differs in the last bit between them. Dividing by a float32 tensor on the
-    logits' device is a true division on both.)"""
-    if not temperature > 0:
-        raise ValueError(f"rl_kernel: temperature must be > 0, got {temperature}")
-    return logits.float() / torch.full((), temperature, dtype=torch.float32, device=logits.device)
 
 
 class FusedLinearForPPO(torch.nn.Module):

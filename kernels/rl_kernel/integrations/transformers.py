@@ -41,10 +41,10 @@ from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rl_kernel import head, tiers
+from rl_kernel.exact.decoder.ops import positions_from_mask
+from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations.frameworks import divide_by_temperature
-from rl_kernel.ops.decoder import positions_from_mask
-from rl_kernel.ops.sampling import gumbel_argmax
 
 ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
@@ -54,7 +54,7 @@ _STATE = "_rl_kernel_patch"
 
 
 # ---- the swapped layers ---------------------------------------------------------------------------
-# Each swapped class carries its tier's layers module as `_rl_layers` (rl_kernel.tiers: Tier.layers).
+# Each swapped class carries its tier's operators as `_rl_layers` (rl_kernel.tiers: Tier.namespace()).
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return self._rl_layers.linear(x, self.weight, self.bias)
 
@@ -104,7 +104,7 @@ def _kind(module: nn.Module) -> str | None:
 @functools.cache
 def _tier_class(cls: type, kind: str, tier: str) -> type:
     """A subclass of cls whose forward is the tier's (one per class and tier, so isinstance still holds)."""
-    attrs = {"forward": _FORWARDS[kind], "_rl_original": cls, "_rl_layers": tiers.get(tier).layer_module()}
+    attrs = {"forward": _FORWARDS[kind], "_rl_original": cls, "_rl_layers": tiers.get(tier).namespace()}
     return type(f"{tier.capitalize()}{cls.__name__}", (cls,), attrs)
 
 
@@ -238,7 +238,7 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     if hasattr(model, _STATE):
         raise ValueError("rl_kernel: this model is already patched (unpatch it first)")
     _supported(model, desc)
-    layers = desc.layer_module()
+    layers = desc.namespace()
     attention = ATTENTION.format(tier=desc.name)
     ALL_ATTENTION_FUNCTIONS.register(attention, functools.partial(tier_attention, layers))
     rope = _rope_parameters(model.config)

@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
+from rl_kernel.exact.softmax.ops import token_logprobs
 from rl_kernel.integrations.frameworks import divide_by_temperature
-from rl_kernel.ops.softmax import token_logprobs
 
 TESTED = ("1.10.0", "1.16.0")  # TRL versions tests/integrations/test_trl.py passed with (the range's two ends)
 

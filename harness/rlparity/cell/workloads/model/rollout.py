@@ -16,8 +16,8 @@ from transformers import LogitsProcessorList
 
 from rl_kernel.inputs import DTYPE_NAMES as DTYPES
 from rl_kernel.integrations import transformers as hf
-from rl_kernel.locate import FAMILIES as FAMILIES  # re-exported: the model workload's families
-from rl_kernel.locate import PAD, tiny_config, tiny_weights
+from rl_kernel.models import FAMILIES as FAMILIES  # re-exported: the model workload's families
+from rl_kernel.models import PAD, tiny_config, tiny_weights
 from rlparity.cell import mismatch
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
@@ -27,13 +27,13 @@ SHAPE_PARAMS = ("layers", "hidden", "heads", "intermediate")
 
 
 # ---- the model ---------------------------------------------------------------------------------------
-config = tiny_config  # the family's config (rl_kernel.locate: the locator builds the same models)
+config = tiny_config  # the family's config (rl_kernel.models: the locator builds the same models)
 
 
 def build(
     family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu", **shape: int
 ) -> transformers.PreTrainedModel:
-    """The family's model (tiny_config's shape arguments) with weights from seed (rl_kernel.locate.tiny_weights:
+    """The family's model (tiny_config's shape arguments) with weights from seed (rl_kernel.models.tiny_weights:
     made on the CPU in float32), then cast and moved."""
     return tiny_weights(family, vocab, seed, **shape).to(DTYPES[dtype]).to(device)
 

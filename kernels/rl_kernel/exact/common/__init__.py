@@ -1,0 +1,2 @@
+"""The contract shared by every family of the exact tier: the C++ headers compiled for the CPU, CUDA and HIP
+(numerics.h, reduce.h, rowtree.cuh, ...) and their numpy transcription (contract.py)."""

@@ -1,0 +1,262 @@
+"""The fast tier's linear: Triton matrix-core GEMMs whose reduction order depends on K only.
+
+    y  = x @ W^T (+ b)     forward, one tile per M bucket, BLOCK_K fixed per (N, K) and target
+    dX = dY @ W            the forward's kernel with W read untransposed: batch invariant like the forward
+    dW = dY^T @ X          one tile for every M: the same bits on every run
+    db = sum of dY's rows  a fixed-order column sum (no atomics)
+
+Why the bits of a row of y do not depend on M: a program owns a BLOCK_M x BLOCK_N tile of y, walks K from 0
+in steps of BLOCK_K (a K tail is zero-padded the same way for every M) and issues one fixed matrix
+instruction family per target (wgmma on sm_90, the 16x16 MFMA on CDNA): every output element is the
+same chain of instruction-sized K steps whatever BLOCK_M/BLOCK_N the M bucket picks. The bias is added
+after the K loop in fp32 and the sum rounded once. No split-K, stream-K or atomics.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_kernel.fast.configs import config_for
+from rl_kernel.triton_tier import needs_autograd, target_of
+
+try:
+    import triton
+    import triton.language as tl
+
+    _jit = triton.jit
+except ImportError:  # rl_kernel.fast reports the missing Triton when a kernel is called
+    triton = tl = None
+
+    def _jit(fn=None, **_kw):
+        return fn if fn is not None else (lambda f: f)
+
+
+# ---- kernels --------------------------------------------------------------------------------------
+@_jit(do_not_specialize=["M"])
+def _gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Grouped launch order for L2 reuse: which program owns a tile changes nothing in its arithmetic.
+    group = GROUP_M * num_pid_n
+    first_m = (pid // group) * GROUP_M
+    size_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % group) % size_m)
+    pid_n = (pid % group) // size_m
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows/columns past the edge re-read valid ones (modulo): those results are never stored.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k0
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + cols).to(tl.float32)[None, :]
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@_jit(do_not_specialize=["M"])
+def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out[n] = sum over rows of x[:, n]: BLOCK_R running fp32 partial sums (row r into slot r % BLOCK_R,
+    rows ascending), then one fixed tree over the slots. Depends on M, never on the run."""
+    offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_r = tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_R, BLOCK_N), dtype=tl.float32)
+    for r0 in range(0, M, BLOCK_R):
+        rows = r0 + offs_r
+        mask = (rows[:, None] < M) & (offs_n[None, :] < N)
+        acc += tl.load(x_ptr + rows.to(tl.int64)[:, None] * N + offs_n[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs_n, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty), mask=offs_n < N)
+
+
+# ---- launches -------------------------------------------------------------------------------------
+def _launch_gemm(
+    a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None
+):
+    """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
+    a's dtype; fp32 stores the accumulator unrounded)."""
+    m, k = a.shape
+    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
+    if m == 0 or n == 0:
+        return c
+    if k == 0:
+        return c.copy_(bias.expand(m, n)) if bias is not None else c.zero_()
+    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
+    _gemm_kernel[grid](
+        a,
+        b,
+        c,
+        bias if bias is not None else c,
+        m,
+        n,
+        k,
+        a.stride(0),
+        a.stride(1),
+        b_strides[0],
+        b_strides[1],
+        c.stride(0),
+        c.stride(1),
+        HAS_BIAS=bias is not None,
+        EVEN_K=k % bk == 0,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=cfg["group_m"],
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
+        **cfg["launch"],
+    )
+    return c
+
+
+def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: dict | None = None):
+    """y [M, N] = x [M, K] @ weight[N, K]^T (+ bias): the M bucket's tile, (N, K)'s BLOCK_K.
+    cfg overrides the pinned config (the tuning sweep of bench/fast_h200.py only)."""
+    m, k = x.shape
+    n = weight.shape[0]
+    cfg = cfg or config_for("linear", target_of(x.device), m=m, n=n, k=k)
+    return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias)
+
+
+def grad_x_2d(
+    dy: torch.Tensor, weight: torch.Tensor, cfg: dict | None = None, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """dX [M, K] = dY [M, N] @ weight [N, K]: a linear with N and K swapped (reduction over N). out_dtype fp32:
+    the unrounded accumulator (the fused head sums its vocabulary chunks' partials)."""
+    m, n = dy.shape
+    k = weight.shape[1]
+    cfg = cfg or config_for("linear_dx", target_of(dy.device), m=m, n=k, k=n)
+    return _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, out_dtype=out_dtype)
+
+
+def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
+    """dW [N, K] = dY^T [N, M] @ X [M, K]: one tile for every M, reduction over the rows ascending.
+    dY^T is copied K-contiguous first: the matrix cores read an M-major A operand 3-4x slower (H200)."""
+    cfg = cfg or config_for("linear_dw", target_of(dy.device))
+    return _launch_gemm(dy.t().contiguous(), (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
+
+
+def grad_b_2d(dy: torch.Tensor) -> torch.Tensor:
+    m, n = dy.shape
+    out = torch.empty(n, dtype=dy.dtype, device=dy.device)
+    if n == 0:
+        return out
+    if m == 0:
+        return out.zero_()
+    block_n = 64
+    launch = config_for("linear_dw", target_of(dy.device))["launch"]
+    _colsum_kernel[(triton.cdiv(n, block_n),)](dy, out, m, n, BLOCK_R=32, BLOCK_N=block_n, num_warps=4, **launch)
+    return out
+
+
+# ---- torch.library ops: the config is chosen inside, at run time (also under torch.compile) ------------
+@torch.library.custom_op(
+    "rl_kernel_fast::linear", mutates_args=(), schema="(Tensor x, Tensor weight, Tensor? bias) -> Tensor"
+)
+def _linear_op(x, weight, bias):
+    k = x.shape[-1]
+    y = forward_2d(x.reshape(-1, k), weight, bias)
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
+@_linear_op.register_fake
+def _(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op(
+    "rl_kernel_fast::linear_backward",
+    mutates_args=(),
+    schema="(Tensor grad, Tensor x, Tensor weight, bool need_dx, bool need_dw, bool need_db) "
+    "-> (Tensor, Tensor, Tensor)",
+)
+def _linear_backward_op(grad, x, weight, need_dx, need_dw, need_db):
+    n, k = weight.shape
+    dy = grad.reshape(-1, n).contiguous()
+    x2 = x.reshape(-1, k)
+    # An output not asked for is its own empty tensor: outputs of a custom op may not alias each other.
+    dx = grad_x_2d(dy, weight).view(x.shape) if need_dx else grad.new_empty(0)
+    dw = grad_w_2d(dy, x2) if need_dw else grad.new_empty(0)
+    db = grad_b_2d(dy) if need_db else grad.new_empty(0)
+    return dx, dw, db
+
+
+@_linear_backward_op.register_fake
+def _(grad, x, weight, need_dx, need_dw, need_db):
+    return (
+        torch.empty_like(x) if need_dx else grad.new_empty(0),
+        torch.empty_like(weight) if need_dw else grad.new_empty(0),
+        weight.new_empty(weight.shape[0]) if need_db else grad.new_empty(0),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight)
+    ctx.has_bias = bias is not None
+
+
+def _backward(ctx, grad):
+    x, weight = ctx.saved_tensors
+    need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    need_db = ctx.has_bias and ctx.needs_input_grad[2]
+    dx, dw, db = _linear_backward_op(grad.contiguous(), x, weight, need_dx, need_dw, need_db)
+    return dx if need_dx else None, dw if need_dw else None, db if need_db else None
+
+
+_linear_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ---- the public entry (rl_kernel.fast.linear checks devices and dtypes first) ---------------------------
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """rl_kernel.fast.linear after its device/dtype checks: shapes, then the kernels (or the op)."""
+    if weight.dim() != 2:
+        raise ValueError(f"rl_kernel.fast.linear: weight must be [N, K], got {tuple(weight.shape)}")
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"rl_kernel.fast.linear: x's last dimension must be K = {weight.shape[1]}, got {tuple(x.shape)}"
+        )
+    if bias is not None and tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(f"rl_kernel.fast.linear: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+    # Contiguous operands: the kernel's loads (and so its speed, never its sums) assume row-major inputs.
+    x, weight = x.contiguous(), weight.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    if not needs_autograd(x, weight, bias):
+        return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
+    return _linear_op(x, weight, bias)

@@ -1,0 +1,134 @@
+"""`python -m rl_kernel.locate`: a tiny random Llama / Qwen2 / Qwen3 (rl_kernel.models), or a user's factory, through
+the locator; prints the report. Exit 0 when the paths agree, 1 when they differ, 3 for bad arguments, 2 when it
+crashed. transformers is imported only for the tiny models."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from rl_kernel import locate as _package
+from rl_kernel.locate.paths import locate, locate_paths
+from rl_kernel.models import FAMILIES, sequences, tiny_model
+
+
+def _factory(spec: str) -> Callable[[], Any]:
+    module, sep, attr = spec.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"--model takes pkg.module:factory, got {spec!r}")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"--model {spec}: cannot import it: {exc}") from exc
+    if not callable(obj):
+        raise ValueError(f"--model {spec}: not callable")
+    return obj
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # bad arguments: exit 3 (as the harness's)
+        self.print_usage(sys.stderr)
+        self.exit(3, f"{self.prog}: error: {message}\n")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="python -m rl_kernel.locate", description=_package.__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    p.add_argument("--family", choices=FAMILIES, default="qwen3")
+    p.add_argument("--layers", type=_positive, default=2)
+    p.add_argument("--hidden", type=_positive, default=64)
+    p.add_argument("--heads", type=_positive, default=4)
+    p.add_argument("--vocab", type=_positive, default=128)
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--tier", default="exact", help="stock (unpatched) or an rl_kernel tier: exact, fast")
+    p.add_argument("--batch", type=_positive, default=4)
+    p.add_argument(
+        "--prompt", type=_positive, default=8, help="prompt width (rows are 2 .. PROMPT tokens, left padded)"
+    )
+    p.add_argument("--new", type=_positive, default=4, help="decode steps compared")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--model",
+        metavar="PKG.MODULE:FACTORY",
+        help="a factory (no arguments) returning a model with Hugging Face's KV-cache calling convention, "
+        "or a tuple (run_a, run_b, model[, locate_paths keyword arguments]) for locate_paths",
+    )
+    p.add_argument(
+        "--scored",
+        action="store_true",
+        help="compare the positions whose logits score the completion (the prefill's last, then the decode steps "
+        "but the last) instead of the decode positions",
+    )
+    p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {args.device}: no CUDA/ROCm device is available")
+        device = torch.device(args.device)
+        if args.model:
+            made = _factory(args.model)()
+            if isinstance(made, tuple):
+                if len(made) not in (3, 4) or not isinstance(made[2], nn.Module):
+                    raise ValueError(f"--model {args.model}: a tuple must be (run_a, run_b, model[, kwargs])")
+                kwargs = made[3] if len(made) == 4 else {}
+                if not isinstance(kwargs, dict):
+                    raise ValueError(f"--model {args.model}: the tuple's 4th item is locate_paths' keyword arguments")
+                run = lambda: locate_paths(made[0], made[1], made[2], **kwargs)  # noqa: E731
+            elif isinstance(made, nn.Module):
+                model = made.to(device).eval()
+                vocab = getattr(getattr(model, "config", None), "vocab_size", None) or args.vocab
+                ids, mask = sequences(args.batch, args.prompt, args.new, vocab, args.seed)
+                run = lambda: locate(model, ids.to(device), mask.to(device), args.new, scored=args.scored)  # noqa: E731
+            else:
+                raise ValueError(f"--model {args.model} returned {type(made).__name__}, not a model or a tuple")
+        else:
+            model = tiny_model(args.family, args.vocab, args.layers, args.hidden, args.heads, dtype=args.dtype,
+                               seed=args.seed, device=args.device, tier=args.tier)  # fmt: skip
+            ids, mask = sequences(args.batch, args.prompt, args.new, args.vocab, args.seed)
+            run = lambda: locate(model, ids.to(device), mask.to(device), args.new, scored=args.scored)  # noqa: E731
+    except (ValueError, TypeError, RuntimeError) as exc:
+        print(f"rl_kernel.locate: {exc}", file=sys.stderr)
+        return 3
+    try:
+        report = run()
+    except (ValueError, TypeError) as exc:  # a model the locator cannot take, or no comparable output
+        print(f"rl_kernel.locate: {exc}", file=sys.stderr)
+        return 3
+    except Exception:  # a crash is exit 2, never 1 (which says the paths differ)
+        traceback.print_exc()
+        return 2
+    what = args.model or f"{args.family} {args.tier} {args.dtype} layers {args.layers} hidden {args.hidden}"
+    report.context = {"model": what, **report.context}
+    print(report.summary())
+    code = 0 if report.equal else 1
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**report.to_dict(), "exit": code}, f, indent=1)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

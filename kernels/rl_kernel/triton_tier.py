@@ -1,0 +1,158 @@
+"""What any Triton tier needs, whatever its kernels: the pinned configuration file (a TOML of per-target tables,
+validated by the tier), the target a device compiles for, the argument checks every operator runs first, and
+when the custom op (with its autograd) is needed.
+
+A Triton tier's bits depend on every knob that changes the arithmetic (tile sizes, BLOCK_K, the matrix
+instruction, the compiler's fp fusion), so each is pinned per target in the tier's own configs.toml and read
+through `load_configs`; none is chosen at run time from the batch.
+
+Importing this module needs neither a GPU nor Triton: a missing Triton is reported when a kernel is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rl_kernel import tiers
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+TARGET_VAR = "RL_KERNEL_TRITON_TARGET"  # a forced target (the interpreter's, or a compile check's)
+INTERPRETER_TARGET = "sm_90"  # what the Triton interpreter (TRITON_INTERPRET=1, no device) takes configs for
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+class ConfigError(ValueError):
+    """A tier's configs.toml is malformed (a missing, unknown or ill-typed key)."""
+
+
+# ---- the pinned configuration ------------------------------------------------------------------------
+def require_keys(
+    table: Any, keys: set[str], where: str, ints: bool = True, optional: frozenset = frozenset(), free=()
+) -> None:
+    """Exactly `keys` (plus any of `optional`); with ints, every value (but those named in `free`) a
+    non-negative int. `where` names the table in the error, e.g. "rl_kernel.fast configs.toml: targets.sm_90"."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table")
+    missing = keys - set(table)
+    unknown = set(table) - keys - optional
+    if missing:
+        raise ConfigError(f"{where} lacks {sorted(missing)}")
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {sorted(unknown)}")
+    for k, v in table.items():
+        if not ints or k in free:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ConfigError(f"{where}.{k} must be a non-negative int, got {v!r}")
+
+
+@functools.cache
+def _parsed(path: str, check: Callable[[str, dict], None]) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    if data.get("schema") != 1 or not isinstance(data.get("targets"), dict):
+        raise ConfigError(f"{path}: needs schema = 1 and a [targets] table")
+    for name, table in data["targets"].items():
+        check(name, table)
+    return data
+
+
+def load_configs(default: Path, override_var: str, check: Callable[[str, dict], None], path=None) -> dict[str, Any]:
+    """A tier's parsed configs.toml, {"schema": 1, "targets": {target: {...}}}, each target's table validated by
+    `check(name, table)`: `path`, else $override_var (another pinned file: a negative control), else `default`.
+    Parsed once per file."""
+    return _parsed(str(path or os.environ.get(override_var) or default), check)
+
+
+# ---- where a kernel runs --------------------------------------------------------------------------------
+def interpreting() -> bool:
+    """Triton's interpreter runs the kernels on the CPU (TRITON_INTERPRET=1): how CI checks them."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def target_of(device: torch.device | None = None) -> str:
+    """The config key of a device (tiers.target_of: sm_90, gfx942, ...). $RL_KERNEL_TRITON_TARGET overrides it;
+    the interpreter, which has no device, takes the INTERPRETER_TARGET's configuration."""
+    forced = os.environ.get(TARGET_VAR)
+    if forced:
+        return forced
+    if interpreting():
+        return INTERPRETER_TARGET
+    if device is None or device.type != "cuda":
+        device = torch.device("cuda", torch.cuda.current_device())
+    return tiers.target_of(device)
+
+
+def compiling() -> bool:
+    """True while torch.compile traces (no host syncs or eager shortcuts then)."""
+    is_compiling = getattr(torch.compiler, "is_compiling", None)
+    return bool(is_compiling and is_compiling())
+
+
+def needs_autograd(*tensors: torch.Tensor | None) -> bool:
+    """The custom op (with its autograd) is needed: tracing, or a gradient may flow. Else the kernels are
+    called directly (the same kernels, the same bits, without the dispatcher's overhead)."""
+    if compiling():
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+# ---- the checks every operator runs first ------------------------------------------------------------------
+def check_tensors(tier: str, op: str, **tensors: torch.Tensor | None) -> torch.device:
+    """One device (a GPU, or the CPU under the Triton interpreter) and one bf16/fp16 dtype for the float
+    tensors; clear errors otherwise, naming the tier's operator (rl_kernel.<tier>.<op>). Returns the device.
+    Lean: it runs on every call."""
+    where = f"rl_kernel.{tier}.{op}"
+    device = dtype = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{where}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            found = ", ".join(f"{n} on {u.device}" for n, u in tensors.items() if u is not None)
+            raise ValueError(f"{where}: all tensors must be on one device, got {found}")
+        if t.is_floating_point():
+            if t.dtype not in DTYPES:
+                raise TypeError(
+                    f"{where}: {name} is {t.dtype}; the {tier} tier is bfloat16/float16 only (fp32 would "
+                    "silently run as TF32): keep fp32 layers on tier='exact'"
+                )
+            if dtype is None:
+                dtype = t.dtype
+            elif t.dtype != dtype:
+                found = ", ".join(
+                    f"{n} {u.dtype}" for n, u in tensors.items() if u is not None and u.is_floating_point()
+                )
+                raise TypeError(f"{where}: one dtype for all inputs, got {found}")
+    if device is not None and device.type != "cuda":
+        if device.type == "cpu" and not interpreting():
+            raise ValueError(
+                f"rl_kernel: the {tier} tier has no CPU kernels ({op} got CPU tensors); use tier='exact' on the CPU"
+            )
+        if device.type not in ("cpu", "meta"):
+            raise ValueError(f"{where}: tensors are on {device}; the {tier} tier runs on CUDA/ROCm GPUs")
+    return device
+
+
+def require_triton(tier: str) -> None:
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(
+            f"rl_kernel.{tier} needs Triton (pip install triton==3.6.0 on CUDA; ROCm torch ships its own); "
+            "or use tier='exact'"
+        ) from exc
