@@ -3,6 +3,7 @@ build of the same operators named by RL_KERNEL_LIBRARY."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import warnings
@@ -53,7 +54,7 @@ if _library:
 else:
     check_torch_version(built_torch(), torch.__version__)  # before _C: a wrong torch's symbols fail to load there
     try:
-        from rl_kernel import _C  # noqa: F401  (registers torch.ops.rl_kernel)
+        importlib.import_module(f"{__package__}._C")  # the compiled extension: registers torch.ops.rl_kernel
     except ImportError as exc:  # pragma: no cover - exercised only on a broken install
         raise ImportError(
             "rl_kernel's compiled extension is missing. Build it from the repository root with "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlparity.commands import report
+from rlparity.report import command as report
 
 from harness.report_data import (
     DRIFT,

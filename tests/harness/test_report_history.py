@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from rlparity import report
-from rlparity.commands import report as command
 from rlparity.config import ConfigError
-from rlparity.report import history, sections
+from rlparity.report import command, history, sections
 from rlparity.report.model import TONIGHT
 from rlparity.report.plots import HISTORY
 from rlparity.results import CellResult

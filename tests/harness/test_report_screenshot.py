@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlparity.commands import report
+from rlparity.report import command as report
 from rlparity.report.plots import HISTORY, STOCK
 from rlparity.results import CellResult
 

@@ -16,7 +16,7 @@ import rl_kernel
 from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal
 from rl_kernel.exact.decoder import checks as decoder_checks
-from rl_kernel.models import DecoderConfig, TinyDecoder, split_k_linear, split_kv_attention
+from rl_kernel.exact.decoder.tiny import DecoderConfig, TinyDecoder, split_k_linear, split_kv_attention
 
 DTYPES = inputs.DTYPES
 SPECS = {s.name: s for s in decoder_checks.SPECS}

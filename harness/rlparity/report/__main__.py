@@ -2,6 +2,6 @@
 
 import sys
 
-from rlparity.commands.report import main
+from rlparity.report.command import main
 
 sys.exit(main())

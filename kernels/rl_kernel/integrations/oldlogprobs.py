@@ -99,7 +99,7 @@ def mismatch_message(
     text = f"rl_kernel: the rollout's log-probs are not the training forward's ({what}); recomputing the old log-probs"
     if model is None or input_ids is None or new_tokens is None:
         return text + "; pass model, input_ids, attention_mask and new_tokens to name the first divergent module"
-    from rl_kernel.locate import locate
+    from rl_kernel.locator import locate
 
     try:
         report = locate(model, input_ids, attention_mask, new_tokens, scored=True)  # the positions that score tokens

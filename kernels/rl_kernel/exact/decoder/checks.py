@@ -16,7 +16,7 @@ from rl_kernel.exact.decoder.ops import (
     rotary,
     silu_mul,
 )
-from rl_kernel.models import DecoderConfig, TinyDecoder
+from rl_kernel.exact.decoder.tiny import DecoderConfig, TinyDecoder
 from rl_kernel.spec import Case, OpSpec
 
 FAMILY = "decoder"

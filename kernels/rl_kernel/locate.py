@@ -1,6 +1,34 @@
-"""`python -m rl_kernel.locate`: a tiny random Llama / Qwen2 / Qwen3 (rl_kernel.models), or a user's factory, through
-the locator; prints the report. Exit 0 when the paths agree, 1 when they differ, 3 for bad arguments, 2 when it
-crashed. transformers is imported only for the tiny models."""
+"""Where do two paths through a model first part? A divergence locator over any PyTorch module.
+
+    from rl_kernel.locate import locate, locate_paths
+    report = locate(model, input_ids, attention_mask, new_tokens=4)     # rollout (prefill + decode) vs training
+    print(report.summary())          # the first module whose bits differ, its max |a-b| and ulp, per-layer shares
+    report.first.name                # e.g. "model.layers.3.mlp.down_proj"; None when the paths agree
+    report = locate_paths(lambda: model(x[1:2]), lambda: model(x), model, view_b=lambda t: t[1:2])
+
+Forward hooks on every module record each module's output (the first tensor of what it returns: a tensor, the
+first element of a tuple, the first tensor field of a ModelOutput), keyed by its qualified name and its call
+number within one forward, in the order the outputs are produced (a module's children finish before it does,
+so the first differing output is the op where the paths part, not the model that contains it).
+
+locate() runs the two paths of an RL step over one batch of sequences [B, S] whose last `new_tokens` tokens are
+the completion:
+  rollout   a prefill of the prompt (the first S - new tokens) with use_cache=True, then `new` decode steps of one
+            token each over the KV cache (Hugging Face's calling convention: input_ids, attention_mask,
+            position_ids, use_cache and past_key_values / cache), each module's output kept at the decode positions;
+  training  one teacher-forced forward over all S tokens, each module's output sliced at the same positions.
+Position ids are passed to both paths from the mask (1s so far - 1), as generate() derives them, when the
+model's forward takes position_ids. A module's outputs are compared where they have the sequence at dim 1
+([B, 1, ...] per decode step, [B, S, ...] in the forward); any other output is skipped with a note.
+
+locate_paths() compares two arbitrary callables' records (a model without a KV cache; one row alone vs in a
+batch), with optional views that map each recorded output before the comparison.
+
+Bits are compared on integer views (rl_kernel.bitwise), never with a tolerance. The locator itself is
+rl_kernel.locator; this module is its face and its command line: `python -m rl_kernel.locate` (main(), below)
+builds a tiny random Llama / Qwen2 / Qwen3 (rl_kernel.models; or imports a user's factory) and prints the report;
+exit 0 when the paths agree, 1 when they differ, 3 for bad arguments. transformers is imported only there.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +43,37 @@ from typing import Any
 import torch
 from torch import nn
 
-from rl_kernel import locate as _package
-from rl_kernel.locate.paths import locate, locate_paths
+from rl_kernel.locator import (
+    LABELS,
+    ROOT,
+    LayerShare,
+    ModuleResult,
+    Recorder,
+    Report,
+    display,
+    first_tensor,
+    layer_list,
+    locate,
+    locate_paths,
+    ulp_distance,
+)
 from rl_kernel.models import FAMILIES, sequences, tiny_model
+
+__all__ = [
+    "LABELS",
+    "ROOT",
+    "LayerShare",
+    "ModuleResult",
+    "Recorder",
+    "Report",
+    "display",
+    "first_tensor",
+    "layer_list",
+    "locate",
+    "locate_paths",
+    "main",
+    "ulp_distance",
+]
 
 
 def _factory(spec: str) -> Callable[[], Any]:
@@ -49,9 +105,7 @@ def _positive(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="python -m rl_kernel.locate", description=_package.__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    p = _Parser(prog="python -m rl_kernel.locate", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--family", choices=FAMILIES, default="qwen3")
     p.add_argument("--layers", type=_positive, default=2)
     p.add_argument("--hidden", type=_positive, default=64)

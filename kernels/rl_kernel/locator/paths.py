@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rl_kernel import bitwise
-from rl_kernel.locate.report import LABELS, ROOT, LayerShare, ModuleResult, Report
+from rl_kernel.locator.report import LABELS, ROOT, LayerShare, ModuleResult, Report
 
 
 def first_tensor(output: Any) -> torch.Tensor | None:
