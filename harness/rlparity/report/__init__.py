@@ -9,7 +9,8 @@ The data flows load -> rules -> sections -> markdown / html (+ plots):
 - markdown.py, html.py: format those tables; plots.py: the only matplotlib user;
 - output.py: `write` puts report.md and report.html in a directory.
 
-The command line is rlparity.report.command (`rlparity report`, `python -m rlparity.report`). The rules are in docs/harness.md.
+The command line is rlparity.report.command (`rlparity report`, `python -m rlparity.report`). The rules are in
+docs/harness.md.
 """
 
 from __future__ import annotations
