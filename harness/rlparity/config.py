@@ -27,7 +27,9 @@ DATA_DIR = Path(str(resources.files("rlparity").joinpath("data")))
 MATRICES_DIR = DATA_DIR / "matrices"
 # RLPARITY_IMAGES: another images file (a fork's own registry, a test's copy) for every command of a run.
 IMAGES_FILE = Path(os.environ.get("RLPARITY_IMAGES") or DATA_DIR / "images.toml")
-GOLDEN_DIR = DATA_DIR / "golden"
+# RLPARITY_GOLDEN_DIR: another directory of the workloads' golden tables (<tier>.json), for the host and its cells:
+# a tier of your package keeps its own there (and a test keeps the package's data untouched).
+GOLDEN_DIR = Path(os.environ.get("RLPARITY_GOLDEN_DIR") or DATA_DIR / "golden")
 # The checkout root when rlparity runs from one (editable install): only building images needs it (the
 # Dockerfiles and the build context); `checkout()` says whether this is one.
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,17 @@ means its own detector could be vacuous, so it counts as missed. The unmodified 
 controls break a property only the gate sees across cells (profile-variant, placement-variant): they run
 as a pair of cells, and the gate's digest_disagreements over the pair must flag them.
 
+Each tier's own negative controls (its descriptor's `controls`, reported by the device probe: the fast tier's
+split-K linear, or a tier of your package's) run the quick matrix's cells of that tier that can run on this host,
+with the tier's control variable set; the gate must fail (exit 1) for every one. A control none of whose cells can
+run here (the fast tier on a machine without a GPU) is reported as not applicable, with the reason.
+
 --mutations: the kernel engineer's mutated build of rl_kernel (RL_MUTATIONS compile-time points chosen
 at run time by RL_KERNEL_MUTATION) runs the quick gate's representative CPU cells once per mutation;
 the gate must fail (exit 1) for every one. A harness that cannot fail proves nothing.
+
+Every cell runs through the runner (rlparity.runner.run_cells), as `rlparity run` runs them: selftest only chooses
+the cells and the env, and reads the verdicts.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ from rlparity.applicability import skip_reason
 from rlparity.backends.local import LocalBackend
 from rlparity.cells import CONTROLS, Cell
 from rlparity.config import ConfigError
+from rlparity.inventory import Inventory
 from rlparity.matrix import Workload, load_axes, load_matrix
+from rlparity.runner import run_cells
 
 NEGATIVE = CONTROLS[1:]
 
@@ -172,7 +182,7 @@ def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target:
     backend = LocalBackend()
     cell = selftest_cell(target=target)
     gpu = cell.platform != "cpu"
-    inventory = backend.probe() if gpu else None
+    inventory = backend.probe()
     if gpu:
         reason = skip_reason(cell, inventory)
         if reason:
@@ -186,48 +196,105 @@ def run(out: Path, controls: tuple[str, ...] = CONTROLS, on_result=None, target:
             reason = skip_reason(other, inventory) if gpu else None
             if reason:  # e.g. split on a host with one GPU: the pair cannot run here
                 outcomes.append(not_applicable(v, reason))
-                if on_result:
-                    on_result(outcomes[-1])
-                continue
-            base = _run_one(backend, cell, gpu, out / f"{v}.baseline", v, env)
-            res = _run_one(backend, other, gpu, out / v, v, env)
-            outcomes.append(outcome(v, res, across_cells([base, res], axis)))
+            else:
+                base = _run_one(backend, inventory, cell, out / f"{v}.baseline", v, env)
+                res = _run_one(backend, inventory, other, out / v, v, env)
+                outcomes.append(outcome(v, res, across_cells([base, res], axis)))
         else:
-            outcomes.append(outcome(v, _run_one(backend, cell, gpu, out / v, v, env)))
+            outcomes.append(outcome(v, _run_one(backend, inventory, cell, out / v, v, env)))
         if on_result:
             on_result(outcomes[-1])
     return outcomes
 
 
-def _run_one(backend: LocalBackend, cell: Cell, gpu: bool, out: Path, control: str, env) -> results.CellResult:
-    devices = ([0, 1] if cell.placement != "single" else [0]) if gpu else []
-    res = backend.run_cell(cell, devices, out, control, env)
+def _run_one(
+    backend: LocalBackend, inventory: Inventory, cell: Cell, out: Path, control: str, env
+) -> results.CellResult:
+    """One control cell through the runner; its result is also kept at `out` itself (result.json), where the
+    selftest log and the tests read it."""
+    (res,) = run_cells([cell], backend, out, inventory, control=control, extra_env=env)
     results.write(res, out)
     return res
 
 
-# ---- mutation testing of the gate ---------------------------------------------------------------------
+# ---- a verdict of the gate over cells run with an env: mutations and tier controls ------------------------
 @dataclass(frozen=True)
-class MutationOutcome:
-    mutation: str
-    code: int  # the gate's exit code over the mutation's cells (1: caught)
+class GateOutcome:
+    """The gate over the cells one mutated library, or one tier control, ran: it must say MISMATCH (exit 1)."""
+
+    name: str  # the mutation, or the tier control as <tier>:<control>
+    code: int  # the gate's exit code over the cells (1: caught)
     caught_by: tuple[str, ...]  # the gated comparisons that differed, across every cell
     reasons: tuple[str, ...]
+    equivalent: str = ""  # a mutation no output can show: the guard that stands in for it
+    applicable: bool = True  # False: none of its cells can run on this host (reasons say why)
 
     @property
     def caught(self) -> bool:
         return self.code == gate.MISMATCH
 
     @property
-    def equivalent(self) -> str:
-        """The guard of a mutation no output can show ('' for the others)."""
-        return EQUIVALENT_MUTATIONS.get(self.mutation, "")
-
-    @property
     def ok(self) -> bool:
-        return self.caught or (bool(self.equivalent) and self.code == gate.OK)
+        return self.caught or not self.applicable or (bool(self.equivalent) and self.code == gate.OK)
 
 
+def gate_over(
+    name: str, cells: list[Cell], backend: LocalBackend, inventory: Inventory, out: Path, env: dict[str, str]
+) -> GateOutcome:
+    """Run the cells with env through the runner and judge them as the gate does."""
+    got = run_cells(cells, backend, out, inventory, extra_env=env)
+    verdict = gate.decide(got)
+    by = sorted(
+        {k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set())
+    )
+    return GateOutcome(name, verdict.code, tuple(by), verdict.reasons, EQUIVALENT_MUTATIONS.get(name, ""))
+
+
+# ---- each tier's own negative controls ------------------------------------------------------------------
+def tier_controls(inventory: Inventory) -> list[tuple[str, str, str]]:
+    """(tier, control, the env variable that chooses it) for every control of every tier this installation
+    offers (the probe's descriptors: rl_kernel.tiers.Tier.controls), in tier then control order."""
+    found = []
+    for tier, d in sorted(inventory.offered_tiers().items()):
+        for control in d.get("controls", ()):
+            found.append((tier, control, d.get("control_var", "RL_KERNEL_CONTROL")))
+    return found
+
+
+def tier_control_cells(tier: str, inventory: Inventory, matrix: str = "quick") -> tuple[list[Cell], str]:
+    """The matrix's cells of a tier (baseline profile, single placement) that can run on this host, or none and
+    the reason the first of them cannot."""
+    mine = [c for c in load_matrix(matrix).cells if c.tier == tier and c.profile == "baseline"]
+    mine = [c for c in mine if c.placement == "single"]
+    if not mine:
+        return [], f"the {matrix} matrix has no baseline/single cell of the {tier} tier"
+    runnable = [c for c in mine if skip_reason(c, inventory) is None]
+    return runnable, "" if runnable else f"no cell of the {tier} tier runs here: {skip_reason(mine[0], inventory)}"
+
+
+def run_tier_controls(
+    out: Path, only: tuple[str, ...] | None = None, matrix: str = "quick", on_result=None
+) -> list[GateOutcome]:
+    """Each tier control (<tier>:<control>; `only`: these) over the matrix's runnable cells of its tier: the gate
+    must fail. One whose cells cannot run here is not applicable (neither caught nor missed)."""
+    backend = LocalBackend()
+    inventory = backend.probe()
+    outcomes = []
+    for tier, control, var in tier_controls(inventory):
+        name = f"{tier}:{control}"
+        if only is not None and name not in only:
+            continue
+        cells, reason = tier_control_cells(tier, inventory, matrix)
+        if cells:
+            outcomes.append(gate_over(name, cells, backend, inventory, out / name.replace(":", "-"), {var: control}))
+        else:
+            outcomes.append(GateOutcome(name, gate.OK, (), (reason,), applicable=False))
+        if on_result:
+            on_result(outcomes[-1])
+    return outcomes
+
+
+# ---- mutation testing of the gate ---------------------------------------------------------------------
 def build_mutated_library(builder: Sequence[str] | None = None, gpu: bool = False) -> Path:
     """The mutated rl_kernel library (with its CUDA/HIP kernels when `gpu`), from rl_kernel's builder (its
     path: stdout's last line)."""
@@ -276,16 +343,17 @@ def run_mutations(
     builder: Sequence[str] | None = None,
     names: Sequence[str] | None = None,
     cells: list[Cell] | None = None,
-    on_result: Callable[[MutationOutcome], None] | None = None,
+    on_result: Callable[[GateOutcome], None] | None = None,
     target: str = "cpu",
-) -> list[MutationOutcome]:
+) -> list[GateOutcome]:
     """Every mutation's gate over the representative cells of `target` (cpu, or this host's GPU target), the
     mutated library and the mutation set in each cell's env (as fma-build sets RL_KERNEL_LIBRARY)."""
     cells = cells if cells is not None else mutation_cells(target=target)
     gpu = any(c.platform != "cpu" for c in cells)
     backend = LocalBackend()
+    inventory = backend.probe()
     if gpu:
-        reason = skip_reason(cells[0], backend.probe())
+        reason = skip_reason(cells[0], inventory)
         if reason:
             raise ConfigError(f"selftest --mutations --target {target}: {reason}")
     library = build_mutated_library(builder, gpu=gpu)
@@ -293,18 +361,7 @@ def run_mutations(
     outcomes = []
     for name in names:
         env = {"RL_KERNEL_LIBRARY": str(library), "RL_KERNEL_MUTATION": name}
-        got = [_mutated_cell(backend, c, out / name / c.dirname, env, gpu) for c in cells]
-        verdict = gate.decide(got)
-        by = sorted(
-            {k for r in got for k in caught_by(r)} | ({"across-cells"} if gate.digest_disagreements(got) else set())
-        )
-        outcomes.append(MutationOutcome(name, verdict.code, tuple(by), verdict.reasons))
+        outcomes.append(gate_over(name, cells, backend, inventory, out / name, env))
         if on_result:
             on_result(outcomes[-1])
     return outcomes
-
-
-def _mutated_cell(backend: LocalBackend, cell: Cell, out: Path, env: dict[str, str], gpu: bool) -> results.CellResult:
-    res = backend.run_cell(cell, [0] if gpu else [], out, "none", env)
-    results.write(res, out)
-    return res

@@ -188,7 +188,7 @@ class Tier:
         every subpackage of its package that has a `checks` module."""
         pkg = self.api()
         found = {}
-        for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        for m in sorted(pkgutil.iter_modules(getattr(pkg, "__path__", [])), key=lambda m: m.name):
             if m.ispkg and (Path(pkg.__path__[0]) / m.name / "checks.py").exists():
                 found[m.name] = importlib.import_module(f"{self.package}.{m.name}.checks")
         return found
@@ -223,6 +223,7 @@ class Tier:
             "operators": list(self.all_operators()),
             "fallback": self.fallback,
             "controls": sorted(self.controls),
+            "control_var": CONTROL_VAR,
             "build": list(self.build),
             "origin": self.origin,
         }
@@ -261,8 +262,8 @@ def _entry_point_tiers() -> dict[str, Tier]:
 
 
 def _placed(tier: Tier, origin: str) -> Tier:
-    """The tier with where it was found: its origin, and its folder (its package's)."""
-    folder = tier.folder or Path(importlib.import_module(tier.package).__path__[0])
+    """The tier with where it was found: its origin, and its folder (its package's, or its module's folder)."""
+    folder = tier.folder or Path(importlib.import_module(tier.package).__file__).parent
     return replace(tier, origin=origin, folder=folder)
 
 

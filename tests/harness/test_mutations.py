@@ -43,7 +43,7 @@ def test_a_mutation_the_gate_catches(tmp_path):
     )
     (o,) = outcomes
     assert o.caught and o.code == gate.MISMATCH and "golden" in o.caught_by, o
-    res = results.read(tmp_path / "stand-in-fma" / edges_fp32_cell().dirname)
+    res = results.read(results.cell_dir(tmp_path / "stand-in-fma", edges_fp32_cell()))
     assert res.fingerprint["rl_kernel"]["library"] == "rl_kernel_fma.so"
     assert res.fingerprint["env"].get("RL_KERNEL_MUTATION") == "stand-in-fma"
 

@@ -20,7 +20,6 @@ from harness.factories import ROOT
 # The package's three modules: its tier (rl_kernel.tiers), its workload (rlparity.cell.workloads) and the
 # workload's suite, written against the suite plugin's fixtures (cell, control, record, shape, params).
 TIER = """
-from pathlib import Path
 from rl_kernel.tiers import Tier
 
 TIER = Tier(
@@ -28,11 +27,9 @@ TIER = Tier(
     scope="per-target",
     cpu_reference=False,
     platforms=("cpu",),
-    module="toy_rl.ops",
+    package="toy_rl.ops",
     operators=("token_logprobs",),
-    layers="rl_kernel.exact.decoder.ops",
-    checks="rl_kernel.families",
-    golden_dir=Path(__file__).parent / "golden",
+    fallback="exact",
     description="log-probs through float64 (a toy: one device, its own bits)",
 )
 """
