@@ -18,7 +18,7 @@ SOURCES := $(wildcard kernels/rl_kernel/*/*/*.h kernels/rl_kernel/*/*/*.cuh kern
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test lint kernels-check selfcheck golden selftest print-python clean
+.PHONY: all build run test lint kernels-check selfcheck golden selftest bench print-python clean
 
 all: test
 
@@ -58,6 +58,11 @@ golden: build
 # The harness's negative controls: every deliberately wrong kernel must be caught.
 selftest: build
 	$(PY) -m rlparity.cli selftest
+
+# One benchmark of bench/ (`make bench` alone lists them): make bench BENCH=row ARGS="--quick --json row.json".
+BENCH ?= --list
+bench: build
+	$(PY) -m bench $(BENCH) $(ARGS)
 
 # The lowest transformers the Hugging Face patch supports (the highest is requirements.txt's, in the venv),
 # with the hub and tokenizers it needs, in a folder that shadows them for tests/integrations only.

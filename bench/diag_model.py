@@ -1,18 +1,24 @@
-"""Diagnosis (one device call): which piece makes a larger patched model's generate() differ from its forward,
-and which ExactAdamW operation differs CPU vs GPU. Prints one line per probe."""
+"""Diagnosis: what makes a larger patched model's generate() differ from its forward, and ops CPU vs GPU.
+
+    python -m bench diag_model
+
+One line per probe: torch's elementwise operations CPU vs GPU (those ExactAdamW uses); the exact tier's attention
+decoded step by step against its prefill and against the CPU; and patched Qwen3 models (rl_kernel.models'
+tiny_weights, exact tier) whose greedy generate() logits are compared with three training forwards of the same
+sequences (bench.rollout).
+"""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "harness"))
 import rl_kernel
+from bench import gpu_missing, parser, rollout
 from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import transformers as hf
-from rlparity.cell.workloads import model as M
+from rl_kernel.models import sequences, tiny_weights
+
+MAX_PROMPT = 8  # prompts of 2 .. 8 tokens
 
 
 def ops_probe() -> None:
@@ -34,11 +40,11 @@ def ops_probe() -> None:
 
 def model_probe(family, layers, hidden, heads, new, vocab=151936, batch=8) -> None:
     shape = dict(layers=layers, hidden=hidden, heads=heads, intermediate=3 * hidden)
-    p = M.prompts(batch, vocab, 0)
-    model = hf.patch(M.build(family, vocab, "bf16", 0, "cuda", **shape).eval())
-    r = M.generate(model, p, new, None, "cuda")
-    v = M.forward_views(model, r, p, "cuda")
-    bad = {k: diff(x, r.logits) for k, x in v.items()}
+    ids, mask = sequences(batch, MAX_PROMPT, 0, vocab, 0)
+    model = hf.patch(tiny_weights(family, vocab, 0, **shape).to(torch.bfloat16).to("cuda").eval())
+    seqs, logits = rollout.generate(model, ids, mask, new)
+    views = rollout.forward_views(model, rollout.unpadded(seqs, mask), new)
+    bad = {k: diff(x, logits) for k, x in views.items()}
     first = {k: (d.count, d.first_index) for k, d in bad.items() if not d.equal}
     print("model", family, layers, hidden, heads, new, first or "equal", flush=True)
 
@@ -53,32 +59,22 @@ def attention_probe(T: int, D: int, hq: int, hkv: int) -> None:
     full = rl_kernel.attention(q, k, v, qp, ks)
     steps = [
         rl_kernel.attention(
-            q[:, :, t : t + 1].contiguous(),
-            k[:, :, : t + 1].contiguous(),
-            v[:, :, : t + 1].contiguous(),
-            qp[:, t : t + 1].contiguous(),
-            ks,
+            q[:, :, t : t + 1].contiguous(), k[:, :, : t + 1].contiguous(), v[:, :, : t + 1].contiguous(),
+            qp[:, t : t + 1].contiguous(), ks,
         )
         for t in range(T)
-    ]
+    ]  # fmt: skip
     dec = torch.cat(steps, 2)
     cpu = rl_kernel.attention(q.cpu(), k.cpu(), v.cpu(), qp.cpu(), ks.cpu())
-    print(
-        "attn",
-        T,
-        D,
-        hq,
-        hkv,
-        "decode==prefill",
-        bits_equal(dec[:, :, 3:], full[:, :, 3:]),
-        diff(dec[:, :, 3:], full[:, :, 3:]).summary(),
-        "cpu==gpu",
-        bits_equal(full.cpu(), cpu),
-        flush=True,
-    )
+    same = bits_equal(dec[:, :, 3:], full[:, :, 3:])
+    print("attn", T, D, hq, hkv, "decode==prefill", same, diff(dec[:, :, 3:], full[:, :, 3:]).summary(),
+          "cpu==gpu", bits_equal(full.cpu(), cpu), flush=True)  # fmt: skip
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    parser(__name__, __doc__).parse_args(argv)
+    if gpu_missing("diag_model"):
+        return 2
     ops_probe()
     for T, D, hq, hkv in ((40, 16, 4, 2), (40, 128, 16, 8), (20, 128, 16, 8), (40, 64, 4, 2)):
         attention_probe(T, D, hq, hkv)
@@ -87,3 +83,4 @@ if __name__ == "__main__":
     model_probe("qwen3", 2, 256, 2, 32, vocab=512)
     model_probe("qwen3", 1, 2048, 16, 6)
     model_probe("qwen3", 1, 2048, 16, 32)
+    return 0

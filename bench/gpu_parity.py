@@ -1,12 +1,19 @@
-"""CPU bits == GPU bits for every promised vocab size and dtype, plus GPU
-run-to-run and batch invariance: `rl_kernel.selfcheck` with a GPU required.
+"""CPU bits == GPU bits for every promised vocab size and dtype, plus GPU run-to-run and batch invariance.
 
-    python bench/gpu_parity.py [--json out.json]
+    python -m bench gpu_parity [--json out.json] [rl_kernel.selfcheck's other options]
+
+`python -m rl_kernel.selfcheck --require-gpu`: the exact tier's self-check with a GPU required (CUDA or ROCm).
 """
+
+from __future__ import annotations
 
 import sys
 
-from rl_kernel import selfcheck
 
-if __name__ == "__main__":
-    sys.exit(selfcheck.main(["--require-gpu", *sys.argv[1:]]))
+def main(argv: list[str] | None = None) -> int:
+    from rl_kernel import selfcheck
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):
+        print(__doc__)
+    return selfcheck.main(["--require-gpu", *args])

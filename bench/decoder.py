@@ -1,50 +1,40 @@
-"""The decoder layers against cuBLAS and scaled_dot_product_attention, side by side in one process.
+"""The decoder layers against cuBLAS/hipBLAS and scaled_dot_product_attention, side by side in one process.
 
-    python bench/bench_decoder.py [--quick] [--json out.json]
+    python -m bench decoder [--quick] [--json out.json]
 
-linear (N = K = 4096, M in 1, 16, 256, 4096): rl_kernel.linear in fp32 and bf16 against F.linear in fp32
-with TF32 off (cuBLAS SGEMM) and in bf16 (cuBLAS with tensor cores), and a device copy of x and the
-weight (the read floor). Attention: prefill (batch 4, 32 query heads over 8 KV heads, head_dim 128,
-T = 2048, causal) and decode (batch 64, one query over a cache of 2048) against F.scaled_dot_product_attention
-(bf16, GQA by enable_gqa). Every contender is timed queued (CUDA events, round robin, one sync at the
-end) and synced (a host sync around every call), medians of many runs (bench_row.py's timers).
+linear (N = K = 4096, M in 1, 16, 256, 4096): the exact tier's linear in fp32 and bf16 against F.linear in fp32
+with TF32 off (SGEMM) and in bf16 (with the matrix cores), and a device copy of x and the weight (the read
+floor). Attention: prefill (batch 4, 32 query heads over 8 KV heads, head_dim 128, T = 2048, causal) and decode
+(batch 64, one query over a cache of 2048) against F.scaled_dot_product_attention (bf16, GQA by enable_gqa).
+Every contender is timed queued and synced (bench.timing), medians of many runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_row import queued, synced
-
-import rl_kernel
+from bench import contenders as C
+from bench import environment, gpu_missing, parser, timing
 
 MS = (1, 16, 256, 4096)
 
 
 def timed(fns: dict, reps: int) -> dict[str, dict[str, float]]:
-    for fn in fns.values():  # warm-up
-        fn()
-    torch.cuda.synchronize()
-    q, s = queued(fns, reps), synced(fns, reps)
-    return {k: {"queued_us": q[k] * 1e6, "synced_us": s[k] * 1e6} for k in fns}
+    t = timing.both(fns, reps, warmup=1)
+    return {k: {"queued_us": v["queued_s"] * 1e6, "synced_us": v["synced_s"] * 1e6} for k, v in t.items()}
 
 
 def linear_contenders(x: torch.Tensor, w: torch.Tensor) -> dict:
     wf, xf = w.float(), x.float()
     xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
-    dst_w, dst_x = torch.empty_like(w), torch.empty_like(x)
+    linear = C.tier_op("exact", "linear")
     return {
-        "copy": lambda: (dst_w.copy_(w), dst_x.copy_(x)),
-        "rl_kernel": lambda: rl_kernel.linear(x, w),
-        "cublas_sgemm_fp32": lambda: F.linear(xf, wf),
-        "cublas_bf16": lambda: F.linear(xb, wb),
+        "copy": C.copy(w, x),
+        "rl_kernel": lambda: linear(x, w),
+        "cublas_sgemm_fp32": lambda: C.stock_linear(xf, wf),
+        "cublas_bf16": lambda: C.stock_linear(xb, wb),
     }
 
 
@@ -70,11 +60,11 @@ def bench_linear(reps: int) -> list[dict]:
 
 
 def attention_contenders(q, k, v, q_pos, k_start, causal: bool) -> dict:
-    dst = torch.empty_like(k)
+    attention = C.tier_op("exact", "attention")
     return {
-        "copy_kv": lambda: (dst.copy_(k), dst.copy_(v)),
-        "rl_kernel": lambda: rl_kernel.attention(q, k, v, q_pos, k_start, validate=False),
-        "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True),
+        "copy_kv": C.copy(k, v),
+        "rl_kernel": lambda: attention(q, k, v, q_pos, k_start, validate=False),
+        "sdpa": lambda: C.sdpa(q, k, v, causal),
     }
 
 
@@ -99,18 +89,16 @@ def bench_attention(reps: int) -> list[dict]:
     return rows
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__name__, __doc__)
+    ap.add_argument("--quick", action="store_true", help="20 repetitions instead of 100")
     ap.add_argument("--json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if gpu_missing("decoder"):
+        return 2
     reps = 20 if args.quick else 100
-    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
-    out["rows"] = bench_linear(reps) + bench_attention(reps)
+    out = environment() | {"rows": bench_linear(reps) + bench_attention(reps)}
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

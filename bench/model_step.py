@@ -1,0 +1,188 @@
+"""One RL step of a Hugging Face model: stock, the fast tier and the exact tier side by side, same weights.
+
+    python -m bench model_step [--model qwen3-1.7b|qwen3-8b|tiny] [--tiers stock,fast,exact] [--layers 28 ...]
+                               [--json out.json]
+
+The model (bench.model_shapes, random weights from a seed): by default Qwen3-1.7B's shape, bf16 (28 layers,
+hidden 2048, 16 query / 8 KV heads of 128, MLP 6144, vocabulary 151936); --model qwen3-8b for Qwen3-8B's; the
+shape flags override one dimension. On a machine without a GPU it runs on the CPU (use --model tiny and small
+sizes: a run that checks the script, without the fast tier).
+- rollout: generate() of --new (64) tokens for --batch (32) prompts of 64..256 tokens, left padded, greedy;
+- training step: one forward over --train-batch x --train-len (8 x 1024) tokens with autograd, token
+  log-probs (rl_kernel.token_logprobs patched; log_softmax + gather stock), the GRPO clipped loss, backward,
+  AdamW (torch.optim.AdamW for stock and fast, whose promise is one architecture; ExactAdamW for exact); and,
+  patched, the same step with the log-probs from the fused head (rl_kernel.lm_head_logprobs over the decoder's
+  hidden states: train_fused_head), each with its peak memory;
+- check: generate() of --check-new (48) tokens for --check-batch (16) prompts keeping its logits, then the
+  training forward (autograd on, right padded) over the same sequences: the logits compared bit for bit, and
+  the first step's importance ratios exp(new - old) over the completion tokens (all exactly 1.0 when equal);
+  the stock model's drift (mean/max |dlogp|, the share of ratios outside the clip range).
+Each timing is synced and queued (bench.timing, median of --reps after one warm-up); the exact tier runs
+--exact-reps (its training step takes seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+import rl_kernel
+from bench import contenders, environment, model_shapes, parser, rollout, timing
+from rl_kernel.integrations import transformers as hf
+from rl_kernel.optim import ExactAdamW
+
+CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
+STAGES = ("rollout", "train", "train_fused_head")
+
+
+def logits_scorer(logprobs):
+    """Token log-probs of the next tokens through the materialised logits (logprobs: stock or rl_kernel's)."""
+
+    def score(model, ids: torch.Tensor) -> torch.Tensor:
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, :-1]
+        return logprobs(logits, ids[:, 1:])
+
+    return score
+
+
+def fused_scorer(model, ids: torch.Tensor) -> torch.Tensor:
+    """The same log-probs through the patched model's fused head: the decoder's hidden states, no logits."""
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+    w = model.get_output_embeddings().weight
+    return rl_kernel.lm_head_logprobs(hidden[:, :-1], w, ids[:, 1:], tier=hf.tier_of(model))
+
+
+def train_step(model, ids: torch.Tensor, opt, score, clip: float = CLIP) -> None:
+    """Forward over ids [B, T] (every token real), token log-probs of the next tokens, GRPO loss, backward, step."""
+    opt.zero_grad(set_to_none=True)
+    lp = score(model, ids)
+    old = lp.detach()
+    adv = torch.linspace(-1, 1, ids.shape[0], device=ids.device)[:, None]
+    ratio = torch.exp(lp - old)
+    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
+    loss.backward()
+    opt.step()
+
+
+def check(model, ids: torch.Tensor, mask: torch.Tensor, new: int) -> dict:
+    """generate()'s logits against the training forward's (autograd on) at every completion position."""
+    sequences, logits = rollout.generate(model, ids, mask, new)
+    completions = sequences[:, ids.shape[1] :]
+    forward = rollout.completion_logits(model, rollout.unpadded(sequences, mask), new, right=True)
+    ratios = torch.exp(rl_kernel.token_logprobs(forward, completions) - rl_kernel.token_logprobs(logits, completions))
+    differ = forward.view(torch.int32) != logits.view(torch.int32)
+    out = {
+        "logits_compared": logits.numel(),
+        "logits_differ": int(differ.sum()),
+        "tokens": completions.numel(),
+        "tokens_differing_logits": int(differ.any(-1).sum()),
+        "ratios_exactly_one": int((ratios.view(torch.int32) == torch.tensor(1.0).view(torch.int32)).sum()),
+    }
+    out |= rollout.drift(logits, forward, completions, CLIP)
+    out["generate_equals_forward"] = out["logits_differ"] == 0
+    return out
+
+
+def peak_gb() -> float | None:
+    return torch.cuda.max_memory_allocated() / 1e9 if timing.gpu() else None
+
+
+def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor) -> dict:
+    """The check, the rollout and the training step of one tier (stock: unpatched) on the model's weights."""
+    if tier != "stock":
+        hf.patch(model, tier=tier)
+    reps = args.exact_reps if tier == "exact" else args.reps
+    optimizer = ExactAdamW if tier == "exact" else torch.optim.AdamW
+    opt = optimizer(model.parameters(), lr=1e-6)
+    res = {"check": check(model.eval(), *check_p, args.check_new)}
+    print(f"{tier}: check {json.dumps(res['check'])}", flush=True)
+    generate = {"rollout": lambda: rollout.generate(model.eval(), *rollout_p, args.new, keep_logits=False)}
+    res["rollout"] = timing.both(generate, reps, warmup=1)["rollout"]
+    print(f"{tier}: rollout {res['rollout']}", flush=True)
+    model.train()
+    logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
+    heads = {"train": logits_scorer(logprobs)}
+    if tier != "stock":
+        heads["train_fused_head"] = fused_scorer
+    for name, score in heads.items():
+        if timing.gpu():
+            torch.cuda.reset_peak_memory_stats()
+        step = {name: lambda score=score: train_step(model, train_ids, opt, score)}
+        res[name] = timing.both(step, reps, warmup=1)[name]
+        res[f"{name}_peak_gb"] = peak_gb()
+        print(f"{tier}: {name} {res[name]} peak {res[f'{name}_peak_gb']} GB", flush=True)
+    model.eval()
+    if tier != "stock":
+        hf.unpatch(model)
+    if timing.gpu():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return res
+
+
+def arguments(argv: list[str] | None):
+    ap = parser(__name__, __doc__)
+    ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
+    ap.add_argument("--tiers", default=None, help="default stock,fast,exact (stock,exact without a GPU)")
+    for dim in ("layers", "hidden", "heads", "kv-heads", "intermediate", "vocab"):
+        ap.add_argument(f"--{dim}", type=int, default=None, help=f"override the model's {dim}")
+    sizes = {"batch": 32, "prompt-min": 64, "prompt-max": 256, "new": 64, "train-batch": 8, "train-len": 1024,
+             "check-batch": 16, "check-new": 48, "reps": 3, "exact-reps": 1}  # fmt: skip
+    for name, default in sizes.items():
+        ap.add_argument(f"--{name}", type=int, default=default)
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    args.tiers = (args.tiers or ("stock,fast,exact" if timing.gpu() else "stock,exact")).split(",")
+    return args
+
+
+def ratios_over_stock(record: dict) -> None:
+    if "stock" not in record:
+        return
+    for tier in (t for t in ("fast", "exact") if t in record):
+        for what in (w for w in STAGES if w in record[tier]):
+            for how in ("synced_s", "queued_s"):
+                stock = record["stock"]["rollout" if what == "rollout" else "train"][how]
+                record[tier][f"{what}_{how}_over_stock"] = record[tier][what][how] / stock
+
+
+def table(record: dict, tiers: list[str]) -> None:
+    print("\ntier   rollout s (x stock)   train s (x stock)   fused-head train s (x stock)   generate == forward   "
+          "ratios == 1")  # fmt: skip
+    for tier in tiers:
+        r = record[tier]
+        times = [r[w]["synced_s"] if w in r else float("nan") for w in STAGES]
+        x = [f" ({r.get(f'{w}_synced_s_over_stock', 1):.2f}x)" for w in STAGES]
+        c = r["check"]
+        print(f"{tier:6} {times[0]:8.3f}{x[0]:12} {times[1]:8.3f}{x[1]:12} {times[2]:8.3f}{x[2]:21} "
+              f"{c['logits_differ']:>10} differ   {c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv)
+    shape = model_shapes.shape(args.model, layers=args.layers, hidden=args.hidden, heads=args.heads,
+                               kv_heads=args.kv_heads, intermediate=args.intermediate, vocab=args.vocab)  # fmt: skip
+    device = "cuda" if timing.gpu() else "cpu"
+    t0 = time.monotonic()  # progress only: the measurements are bench.timing's
+    model = model_shapes.build(shape, args.dtype, 0, device)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    params = sum(p.numel() for p in model.parameters())
+    print(f"model: {args.model} {shape}: {params / 1e9:.2f} B parameters, built in {time.monotonic() - t0:.0f} s; "
+          f"{environment()}", flush=True)  # fmt: skip
+    rollout_p = rollout.prompts(args.batch, args.prompt_min, args.prompt_max, shape.vocab, 1)
+    check_p = rollout.prompts(args.check_batch, args.prompt_min, args.prompt_max, shape.vocab, 2)
+    g = torch.Generator().manual_seed(3)
+    train_ids = torch.randint(1, shape.vocab, (args.train_batch, args.train_len), generator=g).to(device)
+    record: dict = {"shape": vars(shape) | {"parameters": params}, "env": environment(), "args": vars(args)}
+    for tier in args.tiers:
+        model.load_state_dict(initial)
+        record[tier] = run_tier(model, tier, args, check_p, rollout_p, train_ids)
+    ratios_over_stock(record)
+    table(record, args.tiers)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    return 0

@@ -1,0 +1,132 @@
+"""The one timer of bench/: every benchmark measures through these functions, in seconds.
+
+The project's standard times every contender two ways, side by side in one process, each the median of many runs
+after a warm-up:
+- synced: a host synchronisation before and after every call, wall clock (time.perf_counter): what a caller that
+  waits for each result pays, the launch path included;
+- queued: the calls issued back to back (contenders round robin), device events around each call, one
+  synchronisation at the end: the device's time, the host's launch cost hidden when the device is the slower.
+Device-neutral: CUDA and ROCm builds of torch both drive the GPU through torch.cuda (HIP events are CUDA events
+there). Without a GPU both fall back to time.perf_counter around each call (the benchmarks' CPU runs, which
+check the scripts, not the speed). Beside them: `host` (the launch path alone), `captured` (a CUDA/HIP graph of a
+call, whose replay is then timed like any contender) and `kernels` (torch.profiler's device time per kernel).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import torch
+
+WARMUP = 3  # calls of each contender before timing (Triton compiles, cuBLAS/hipBLAS handles, allocator caches)
+Fns = Mapping[str, Callable[[], object]]
+
+
+def gpu() -> bool:
+    return torch.cuda.is_available()
+
+
+def sync() -> None:
+    if gpu():
+        torch.cuda.synchronize()
+
+
+def warm(fns: Fns, warmup: int = WARMUP) -> None:
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+
+
+def _wall(fns: Fns, reps: int, warmup: int, sync_after: bool) -> dict[str, float]:
+    """Median perf_counter seconds of one call of each contender, round robin, a host sync before each call (and
+    after it with sync_after)."""
+    warm(fns, warmup)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            if sync_after:
+                sync()
+            times[k].append(time.perf_counter() - t0)
+    sync()
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def synced(fns: Fns, reps: int, warmup: int = WARMUP) -> dict[str, float]:
+    """Median seconds of one call of each contender with a host sync before and after it."""
+    return _wall(fns, reps, warmup, sync_after=True)
+
+
+def queued(fns: Fns, reps: int, warmup: int = WARMUP) -> dict[str, float]:
+    """Median seconds of one call of each contender, every call queued behind the others (events around each,
+    one sync at the end); on the CPU, perf_counter around each call."""
+    warm(fns, warmup)
+    if not gpu():
+        return synced(fns, reps, warmup=0)
+    events: dict[str, list] = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[k].append((start, end))
+    torch.cuda.synchronize()
+    return {k: statistics.median(a.elapsed_time(b) * 1e-3 for a, b in v) for k, v in events.items()}
+
+
+def both(fns: Fns, reps: int, warmup: int = WARMUP) -> dict[str, dict[str, float]]:
+    """{contender: {"synced_s": ..., "queued_s": ...}}: one warm-up, then both measurements."""
+    warm(fns, warmup)
+    s, q = synced(fns, reps, warmup=0), queued(fns, reps, warmup=0)
+    return {k: {"synced_s": s[k], "queued_s": q[k]} for k in fns}
+
+
+def host(fns: Fns, reps: int, warmup: int = WARMUP) -> dict[str, float]:
+    """Median seconds the host spends in one call (a sync before it, none after): the launch path alone."""
+    return _wall(fns, reps, warmup, sync_after=False)
+
+
+def captured(fn: Callable[[], object], calls: int = 1) -> tuple[Callable[[], object] | None, str]:
+    """(replay, "") of a CUDA/HIP graph of `calls` calls of fn (warmed on a side stream outside the capture), or
+    (None, why) when fn cannot be captured. Timing the replay shows the device's time without the host's launch
+    path (how a rollout engine that captures its decode step pays for it); divide by `calls`."""
+    if not gpu():
+        return None, "no GPU: graphs need CUDA or ROCm"
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(WARMUP):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception as exc:  # a call that syncs, allocates on the host or launches outside the stream
+        return None, repr(exc)[:300]
+    return graph.replay, ""
+
+
+def kernels(fn: Callable[[], object], reps: int = 50) -> dict[str, float]:
+    """Mean device seconds per call of each kernel fn launches (torch.profiler; CUDA and ROCm alike)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    warm({"fn": fn})
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        sync()
+    out = {}
+    for e in prof.key_averages():
+        t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+        if t > 0:
+            out[e.key[:90]] = t * 1e-6 / reps
+    return out

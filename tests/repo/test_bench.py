@@ -1,0 +1,121 @@
+"""bench/: one entry point (`python -m bench`), one timer (bench/timing.py), no harness internals, device-neutral
+names, every module under 500 lines, and the RL-step benchmark runs end to end on the CPU at a tiny size."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench"
+MODULES = sorted(BENCH.glob("*.py"))
+# What the benchmarks the project relies on are called (docs/benchmarks.md names them).
+NEEDED = {"model_step", "fused_head", "row", "token_logprobs", "decoder", "profile_decode", "gpu_parity", "fast_tier"}
+TIMERS = ("perf_counter", "torch.cuda.Event", "elapsed_time", "do_bench", "CUDAGraph", "torch.profiler", "statistics")
+
+
+def run_bench(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def defines_main(path: Path) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in ast.parse(path.read_text()).body)
+
+
+def test_the_list_names_every_module_with_a_main_and_its_description() -> None:
+    res = run_bench("--list")
+    assert res.returncode == 0, res.stderr
+    listed = dict(line.strip().split(None, 1) for line in res.stdout.splitlines() if line.strip())
+    assert set(listed) == {p.stem for p in MODULES if not p.stem.startswith("_") and defines_main(p)}
+    assert set(listed) >= NEEDED
+    assert all(len(d) > 20 for d in listed.values()), listed
+
+
+def test_an_unknown_benchmark_is_refused_naming_the_known_ones() -> None:
+    res = run_bench("no_such_benchmark")
+    assert res.returncode == 2
+    assert "no benchmark 'no_such_benchmark'" in res.stderr and "model_step" in res.stderr
+
+
+def test_every_benchmark_answers_help() -> None:
+    """Each one's options parse before it needs a GPU (one process: torch is imported once)."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from bench.__main__ import benchmarks, main\n"
+        "bad = []\n"
+        "for name in benchmarks():\n"
+        "    out = io.StringIO()\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(out):\n"
+        "            main([name, '--help'])\n"
+        "        bad.append((name, 'returned instead of exiting'))\n"
+        "    except SystemExit as e:\n"
+        "        if e.code not in (0, None) or 'usage:' not in out.getvalue():\n"
+        "            bad.append((name, e.code))\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_bench_imports_nothing_of_the_harness(path: Path) -> None:
+    """The harness's internals change under it; bench builds on rl_kernel (models, integrations, tiers)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        assert not any(n == "rlparity" or n.startswith("rlparity.") for n in names), (path.name, names)
+
+
+@pytest.mark.parametrize("path", [p for p in MODULES if p.name != "timing.py"], ids=lambda p: p.name)
+def test_only_timing_py_times(path: Path) -> None:
+    text = path.read_text()
+    found = [t for t in TIMERS if t in text.replace("torch.profiler's", "")]
+    assert not found, f"{path.name} keeps a timer of its own ({found}): time through bench.timing"
+
+
+def test_no_file_is_named_after_one_vendors_part() -> None:
+    named = [p.name for p in BENCH.iterdir() if re.search(r"[hab]100|h200|b200|mi[23]\d\d|nvidia|amd", p.name, re.I)]
+    assert not named
+
+
+@pytest.mark.parametrize("path", [*MODULES, BENCH / "gpu_round.sh"], ids=lambda p: p.name)
+def test_no_module_is_over_500_lines(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 500
+
+
+def test_the_round_script_parses_and_passes_shellcheck() -> None:
+    script = str(BENCH / "gpu_round.sh")
+    res = subprocess.run(["bash", "-n", script], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed")
+    res = subprocess.run(["shellcheck", script], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
+    """model_step at the tiny shape: the stock and exact tiers' generate() logits equal the training forward's and
+    every first-step ratio is exactly 1.0 (on the CPU both hold), and both were timed (bench.timing's CPU path)."""
+    out = tmp_path / "step.json"
+    sizes = ["--batch", "2", "--prompt-min", "3", "--prompt-max", "6", "--new", "3", "--train-batch", "2",
+             "--train-len", "12", "--check-batch", "2", "--check-new", "3", "--reps", "1"]  # fmt: skip
+    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact", *sizes, "--json", str(out))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["shape"]["layers"] == 2 and record["env"]["device"] == "cpu"
+    for tier in ("stock", "exact"):
+        check = record[tier]["check"]
+        assert check["generate_equals_forward"] and check["ratios_exactly_one"] == check["tokens"] == 6, check
+        assert record[tier]["train"]["synced_s"] > 0 and record[tier]["rollout"]["queued_s"] > 0
+    assert record["exact"]["train_fused_head"]["synced_s"] > 0
