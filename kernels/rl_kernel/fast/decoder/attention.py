@@ -340,7 +340,7 @@ def _check_group(hq: int, hkv: int, block_m: int) -> int:
 
 def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None):
     """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
-    cfg overrides the pinned config (the tuning sweep of bench/fast_h200.py only)."""
+    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     cfg = _cfg(q, cfg)

@@ -147,7 +147,7 @@ def _launch_gemm(
 
 def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: dict | None = None):
     """y [M, N] = x [M, K] @ weight[N, K]^T (+ bias): the M bucket's tile, (N, K)'s BLOCK_K.
-    cfg overrides the pinned config (the tuning sweep of bench/fast_h200.py only)."""
+    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only)."""
     m, k = x.shape
     n = weight.shape[0]
     cfg = cfg or config_for("linear", target_of(x.device), m=m, n=n, k=k)
