@@ -19,50 +19,10 @@ This module only re-exports: the operators live in their family's folder, rl_ker
 
 from __future__ import annotations
 
-from rl_kernel import bitwise, optim, tiers
+from rl_kernel import bitwise, exact, optim, tiers
 from rl_kernel._library import has_gpu_kernels
-from rl_kernel.exact import (
-    BitwiseLogSoftmax,
-    attention,
-    embedding,
-    entropy,
-    gumbel_argmax,
-    linear,
-    log_softmax,
-    log_softmax_backward,
-    positions_from_mask,
-    reference,
-    rms_norm,
-    rope_inv_freq,
-    rope_table,
-    rotary,
-    row_stats,
-    silu_mul,
-    token_logprobs,
-)
+from rl_kernel.exact import *  # noqa: F403  (the exact tier's operators are the package's: exact.__all__)
+from rl_kernel.exact import reference
 from rl_kernel.head import lm_head_logprobs
 
-__all__ = [
-    "BitwiseLogSoftmax",
-    "attention",
-    "bitwise",
-    "embedding",
-    "entropy",
-    "gumbel_argmax",
-    "has_gpu_kernels",
-    "linear",
-    "lm_head_logprobs",
-    "log_softmax",
-    "log_softmax_backward",
-    "optim",
-    "positions_from_mask",
-    "reference",
-    "rms_norm",
-    "rope_inv_freq",
-    "rope_table",
-    "rotary",
-    "row_stats",
-    "silu_mul",
-    "tiers",
-    "token_logprobs",
-]
+__all__ = [*exact.__all__, "bitwise", "has_gpu_kernels", "lm_head_logprobs", "optim", "reference", "tiers"]
