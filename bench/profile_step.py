@@ -1,0 +1,202 @@
+"""Where an RL training step spends its time: the device time per kernel family, stock against the fast tier.
+
+    python -m bench profile_step [--model qwen3-1.7b|qwen3-8b|tiny] [--train-batch 8] [--train-len 1024]
+                                 [--steps 2] [--json out.json] [--markdown out.md]
+
+One training step (model_step.train_step: forward over --train-batch x --train-len tokens with autograd, token
+log-probs, the GRPO loss, backward, AdamW) of three contenders on the same weights: stock transformers, the fast tier
+with the unfused head (the logits, then rl_kernel.token_logprobs) and the fast tier through the fused head
+(rl_kernel.lm_head_logprobs). Each runs one warm-up step, then --steps steps under torch.profiler; every device
+kernel's time is put in a family:
+  1. by the kernel's name (GEMMs of cuBLAS or the fast tier's Triton linear, attention forward / backward, the exact
+     tier's RMSNorm, rotary, SwiGLU and log-prob kernels, the optimizer's foreach kernels);
+  2. else by where it was launched: the innermost model module (forward hooks name RMSNorm, the MLP's activation,
+     the attention's glue and rotary, the embedding), or the autograd node of a backward (PowBackward,
+     SiluBackward, EmbeddingBackward, ...);
+  3. else "other" (the loss's elementwise work, copies).
+The table gives milliseconds per step per family and the fast tier's ratio to stock; the synced step times (bench
+.timing, median of --reps) are printed beside it. Without a GPU it profiles the CPU (a check of the script).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import rl_kernel
+from bench import contenders, environment, model_shapes, parser, timing
+from bench.model_step import fused_scorer, logits_scorer, train_step
+from rl_kernel.integrations import transformers as hf
+
+LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
+# Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
+# exact tier's CUDA/HIP kernels; flash / cuDNN attention).
+BY_KERNEL = (
+    ("linear", r"gemm|cutlass(?!.*fmha)|nvjet|xmma|cublas|linear_kernel|linear_skinny|_colsum_kernel|aten::(mm|addmm|bmm)$"),
+    ("attention fwd", r"attn_fwd|flash_fwd|fmha.*fwd|sdpa.*fwd|fprop|^attention_kernel"),
+    ("attention bwd", r"attn_bwd|bwd_delta|flash_bwd|fmha.*(bwd|dgrad)|dgrad|attention_d(q|kv)_kernel|row_grad"),
+    ("rms_norm", r"rms_norm|layer_norm"),
+    ("rotary", r"rotary|rope"),
+    ("swiglu", r"silu"),
+    ("log-prob head", r"token_logprobs|log_softmax|entropy|node_stats|node_entropy|join_stats|join_sum|softmax"),
+    ("embedding", r"embedding|indexing_backward|embedding_backward"),
+    ("optimizer", r"multi_tensor|adam|foreach"),
+)
+# Family by the launching module (forward hooks) or autograd node (backward), for kernels the name leaves open.
+BY_CONTEXT = (
+    ("rms_norm", r"RMSNorm|RmsNorm|PowBackward|RsqrtBackward|MeanBackward"),
+    ("swiglu", r"MLP|Silu|SiluMul"),
+    ("rotary", r"Rotary|rotary|CatBackward|NegBackward|SliceBackward"),
+    ("attention glue", r"Attention|ScaledDotProduct"),
+    ("embedding", r"Embedding"),
+    ("log-prob head", r"Softmax|Gather|TokenLogprobs|Entropy|_Head|LogProb|lm_head"),
+    ("optimizer", r"Optimizer|AdamW|adam"),
+)
+HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary"  # model module classes whose forward opens a range
+
+
+def family(kernel: str, context: list[str]) -> str:
+    for name, pattern in BY_KERNEL:
+        if re.search(pattern, kernel, re.I):
+            return name
+    for label in context:
+        for name, pattern in BY_CONTEXT:
+            if re.search(pattern, label):
+                return name
+    return "other"
+
+
+def hook_modules(model: nn.Module) -> list:
+    """Forward hooks that open a profiler range per hooked module (innermost wins in the attribution)."""
+    handles = []
+    for module in model.modules():
+        kind = type(module).__name__
+        if not re.search(HOOKED, kind):
+            continue
+
+        def enter(mod, args, kind=kind):
+            mod._bench_range = torch.autograd.profiler.record_function(LABEL + kind)
+            mod._bench_range.__enter__()
+
+        def leave(mod, args, out):
+            mod._bench_range.__exit__(None, None, None)
+
+        handles += [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+    return handles
+
+
+def context_of(event) -> list[str]:
+    """The names of the event and its CPU ancestors, innermost first (module ranges without their prefix)."""
+    names = []
+    while event is not None:
+        names.append(event.name.removeprefix(LABEL))
+        event = event.cpu_parent
+    return names
+
+
+def device_times(prof, steps: int) -> dict[str, float]:
+    """Milliseconds per step per family: each kernel attributed through its name, then its launching op's context.
+    Without a GPU, the CPU ops' self time (attributed the same way)."""
+    found: dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if timing.gpu():
+            for kernel in getattr(event, "kernels", ()):
+                found[family(kernel.name, context_of(event))] += kernel.duration / 1e3 / steps
+        elif event.self_cpu_time_total and not event.name.startswith(LABEL):
+            found[family(event.name, context_of(event))] += event.self_cpu_time_total / 1e3 / steps
+    return dict(found)
+
+
+def profile(step: Callable[[], None], model: nn.Module, steps: int) -> dict[str, float]:
+    step()  # warm-up (Triton compiles, cuBLAS handles, the allocator)
+    timing.sync()
+    handles = hook_modules(model)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if timing.gpu():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                step()
+            timing.sync()
+    finally:
+        for h in handles:
+            h.remove()
+    return device_times(prof, steps)
+
+
+def contender_steps(model: nn.Module, ids: torch.Tensor) -> dict[str, tuple[str, Callable]]:
+    """name -> (tier, score): stock; the fast tier unfused and through the fused head (exact without a GPU)."""
+    tier = "fast" if timing.gpu() else "exact"
+    return {
+        "stock": ("stock", logits_scorer(contenders.stock_token_logprobs)),
+        f"{tier}": (tier, logits_scorer(rl_kernel.token_logprobs)),
+        f"{tier} fused head": (tier, fused_scorer),
+    }
+
+
+def table(record: dict) -> str:
+    names = list(record["families"])
+    fams = sorted(
+        {f for n in names for f in record["families"][n]}, key=lambda f: -record["families"]["stock"].get(f, 0)
+    )
+    head = "| family | " + " | ".join(f"{n} ms" for n in names) + " | " + " | ".join(f"{n} / stock" for n in names[1:])
+    lines = [head + " |", "|---|" + "---:|" * (2 * len(names) - 1)]
+    for f in [*fams, "total (device)"]:
+        vals = [record["families"][n].get(f, 0.0) if f != "total (device)" else sum(record["families"][n].values())
+                for n in names]  # fmt: skip
+        ratios = [f"{v / vals[0]:.2f}x" if vals[0] else "-" for v in vals[1:]]
+        lines.append(f"| {f} | " + " | ".join(f"{v:.2f}" for v in vals) + " | " + " | ".join(ratios) + " |")
+    step = record["step_synced_s"]
+    lines.append("| step, synced (s) | " + " | ".join(f"{step[n]:.3f}" for n in names) + " | "
+                 + " | ".join(f"{step[n] / step['stock']:.2f}x" for n in names[1:]) + " |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__name__, __doc__)
+    ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
+    ap.add_argument("--layers", type=int, default=None, help="override the model's layers")
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--train-len", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=2, help="profiled steps per contender")
+    ap.add_argument("--reps", type=int, default=3, help="synced step timings per contender (median)")
+    ap.add_argument("--json")
+    ap.add_argument("--markdown")
+    args = ap.parse_args(argv)
+    shape = model_shapes.shape(args.model, layers=args.layers)
+    device = "cuda" if timing.gpu() else "cpu"
+    model = model_shapes.build(shape, "bf16" if timing.gpu() else "fp32", 0, device)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, shape.vocab, (args.train_batch, args.train_len), generator=g).to(device)
+    record: dict = {"shape": vars(shape), "env": environment(), "args": vars(args), "families": {}, "step_synced_s": {}}
+    for name, (tier, score) in contender_steps(model, ids).items():
+        model.load_state_dict(initial)
+        if tier != "stock":
+            hf.patch(model, tier=tier)
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+        step = lambda score=score, opt=opt: train_step(model, ids, opt, score)  # noqa: E731
+        record["families"][name] = profile(step, model, args.steps)
+        record["step_synced_s"][name] = timing.synced({name: step}, args.reps, warmup=1)[name]
+        print(f"{name}: step {record['step_synced_s'][name]:.3f} s; {json.dumps(record['families'][name])}", flush=True)
+        del opt
+        if tier != "stock":
+            hf.unpatch(model)
+        if timing.gpu():
+            torch.cuda.empty_cache()
+    text = table(record)
+    print(text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text + "\n")
+    return 0
