@@ -37,7 +37,7 @@ LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
 # exact tier's CUDA/HIP kernels; flash / cuDNN attention).
 BY_KERNEL = (
-    ("linear", r"gemm|cutlass(?!.*fmha)|nvjet|xmma|cublas|linear_kernel|linear_skinny|_colsum_kernel|aten::(mm|addmm|bmm)$"),
+    ("linear", r"gemm|cutlass(?!.*fmha)|nvjet|xmma|cublas|linear_kernel|linear_skinny|_colsum_kernel|aten::(add)?mm$"),
     ("attention fwd", r"attn_fwd|flash_fwd|fmha.*fwd|sdpa.*fwd|fprop|^attention_kernel"),
     ("attention bwd", r"attn_bwd|bwd_delta|flash_bwd|fmha.*(bwd|dgrad)|dgrad|attention_d(q|kv)_kernel|row_grad"),
     ("rms_norm", r"rms_norm|layer_norm"),
