@@ -21,7 +21,8 @@
 #   fast       selfcheck --tier fast and the fast tier's golden digests of this target recorded into $OUT/golden-fast
 #   cells      the quick matrix's cells of this target, both tiers, and the digests they recorded
 #   fastctl    the fast tier's negative controls through the gate (RL_KERNEL_CONTROL=split-k, BLOCK_K 32)
-#   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), mbench
+#   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), pstep
+#              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench), mbench
 #              (model_step; MODEL=qwen3-8b for the 8B shape), fhead (fused_head), fbench (fast_tier)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
@@ -164,6 +165,8 @@ for s in $steps; do
     row) step row python3 -m bench row --json "$out/row.json" ;;
     decoder) step decoder-bench python3 -m bench decoder --json "$out/decoder.json" ;;
     profile) step profile-decode python3 -m bench profile_decode --json "$out/profile_decode.json" ;;
+    pstep) step profile-step python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" --json "$out/profile_step.json" \
+             --markdown "$out/profile_step.md" ;;
     mbench) step model-bench python3 -m bench model_step --model "${MODEL:-qwen3-1.7b}" --json "$out/model_step.json" ;;
     fhead) step fused-head python3 -m bench fused_head --json "$out/fused_head.json" ;;
     fbench) step fast-bench python3 -m bench fast_tier --json "$out/fast.json" ;;
