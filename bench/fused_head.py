@@ -1,6 +1,7 @@
 """The fused LM head against the unfused one and the libraries a user would pick, one process, one GPU.
 
-    python -m bench fused_head [--tokens 8192] [--hidden 2048] [--vocab 151936] [--reps 10] [--json out.json]
+    python -m bench fused_head [--tokens 8192] [--hidden 2048] [--vocab 151936] [--reps 10] [--tiers exact,fast]
+                               [--kernels] [--json out.json]
 
 At the RL step's training size (8 x 1024 tokens, Qwen3-1.7B's hidden 2048 and vocabulary 151936, bf16), a
 training head = forward (token log-probs and entropy) + backward (dHidden, dWeight), timed synced and queued
@@ -10,6 +11,8 @@ tiers) and each tier's unfused path (head.unfused: the logits materialised), sto
 log_softmax + gather + entropy), and Liger's fused linear cross-entropy (where liger-kernel is installed; it
 gives the loss, not per-token log-probs, and no entropy). Before timing, the bit checks the head promises:
 fused == unfused log-probs, entropy and dWeight, per tier, and dHidden run to run (integer views of the bits).
+--kernels also prints each contender's device time per kernel (torch.profiler), the largest first: where a head's
+time goes.
 """
 
 from __future__ import annotations
@@ -62,9 +65,9 @@ def outputs(fn, h, w, t) -> tuple[torch.Tensor, ...]:
     return logp.detach(), ent.detach(), h.grad.clone(), w.grad.clone()
 
 
-def bit_checks(h, w, t) -> dict[str, bool]:
+def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
     out = {}
-    for tier in TIERS:
+    for tier in tiers:
         fused, unfused = outputs(C.head(tier), h, w, t), outputs(C.head(tier, fused=False), h, w, t)
         out[f"{tier}: fused == unfused log-probs"] = bits_equal(fused[0], unfused[0])
         out[f"{tier}: fused == unfused entropy"] = bits_equal(fused[1], unfused[1])
@@ -73,8 +76,8 @@ def bit_checks(h, w, t) -> dict[str, bool]:
     return out
 
 
-def contenders() -> dict:
-    fns = {f"{tier} {kind}": C.head(tier, kind == "fused") for tier in TIERS for kind in ("fused", "unfused")}
+def contenders(tiers=TIERS) -> dict:
+    fns = {f"{tier} {kind}": C.head(tier, kind == "fused") for tier in tiers for kind in ("fused", "unfused")}
     fns[STOCK] = C.stock_head
     liger = C.liger_fused_linear_ce()
     if liger is not None:
@@ -88,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=2048)
     ap.add_argument("--vocab", type=int, default=151936)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--tiers", default=",".join(TIERS), help="the rl_kernel tiers among the contenders")
+    ap.add_argument("--kernels", action="store_true", help="each contender's device time per kernel (profiler)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if gpu_missing("fused_head"):
         return 2
+    tiers = tuple(args.tiers.split(","))
     h, w, t = inputs(args.tokens, args.hidden, args.vocab)
-    checks = bit_checks(h, w, t)
+    checks = bit_checks(h, w, t, tiers)
     for k, v in checks.items():
         print(f"{k}: {v}")
-    calls = {k: step(fn, h, w, t) for k, fn in contenders().items()}
+    calls = {k: step(fn, h, w, t) for k, fn in contenders(tiers).items()}
     timing.warm(calls, 1)
     peaks = {k: peak_bytes(c) for k, c in calls.items()}
     times = timing.both(calls, args.reps, warmup=0)
@@ -110,7 +116,13 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"{k:38s} {row['queued_ms']:10.2f} {row['synced_ms']:10.2f} {row['peak_gb']:8.2f} "
               f"{row['vs_stock_synced']:8.2f}")  # fmt: skip
+    per_kernel = {k: timing.kernels(c, reps=3) for k, c in calls.items()} if args.kernels else {}
+    for k, found in per_kernel.items():
+        print(f"\n{k}: {sum(found.values()) * 1e3:.2f} ms of kernels")
+        for name, s in sorted(found.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"  {s * 1e3:8.2f} ms  {name}")
     if args.json:
+        record = {"meta": environment(), "skipped": C.SKIPPED, "checks": checks, "rows": rows, "kernels": per_kernel}
         with open(args.json, "w") as f:
-            json.dump({"meta": environment(), "skipped": C.SKIPPED, "checks": checks, "rows": rows}, f, indent=1)
+            json.dump(record, f, indent=1)
     return 0 if all(checks.values()) else 1
