@@ -32,12 +32,16 @@ CONTROL_VAR_DEPRECATED = "RLPARITY_VARIANT"  # the old name, still read for a re
 EXIT_CODES = {"passed": 0, "skipped": 0, "failed": 1, "error": 2}
 
 AXES = ("image", "target", "profile", "placement", "dtype", "shapes", "tier")
-DTYPES = ("fp32", "bf16", "fp16")  # the dtype axis (the cell side maps each name to a torch dtype)
+# Two facts rl_kernel holds too: the dtype names (rl_kernel.inputs.DTYPE_NAMES maps them to torch dtypes on the
+# cell side) and the tier scopes (rl_kernel.tiers.SCOPES checks a tier's descriptor). The host checks matrix files
+# with these before any cell runs and may not import rl_kernel, nor rl_kernel rlparity: one copy each side, held
+# equal by tests/harness/test_shared_facts.py (the device probe then reports which dtypes each tier takes).
+DTYPES = ("fp32", "bf16", "fp16")  # the dtype axis
 # A shape set names the workload that runs it (axes.toml `workload`). The host keeps no list of workloads:
 # the cell side finds them (rlparity.cell.workloads: this repository's folders and the `rlparity.workloads`
 # entry points) and the device probe reports which ones an image offers.
 DEFAULT_WORKLOAD = "plain"
-TIER_SCOPES = ("all-devices", "per-target")  # a tier's golden scope (axes.toml [tiers.NAME] scope)
+TIER_SCOPES = ("all-devices", "per-target")  # a tier's golden scope (axes.toml [tiers.NAME] scope; see DTYPES)
 
 
 def control_from_env(environ: Mapping[str, str]) -> str:

@@ -16,19 +16,37 @@ from rlparity.cells import DEFAULT_WORKLOAD
 from rlparity.config import GOLDEN_DIR
 
 OUTPUTS = ("logprobs", "grad", "stats")  # stats: the row intermediates [max, sum of exp, log of the sum]
+# A per-target tier's digests travel from its cells to its table in result.json, each named RECORDED + its table
+# key (golden/sm90/fp32/...): the cell side writes them (recorded_name), `rlparity golden --record` reads them back.
+RECORDED = "golden/"
+
+
+def shape_id(shape: tuple[int, int, int], workload: str = DEFAULT_WORKLOAD) -> str:
+    """A shape's name in keys and comparisons: 1x128x4096 for the plain workload; another workload's prefixed with
+    its name (edges:2x32x4099), so shape sets with one shape but different workloads never share a name."""
+    sid = "x".join(map(str, shape))
+    return sid if workload == DEFAULT_WORKLOAD else f"{workload}:{sid}"
 
 
 def key(dtype: str, shape: tuple[int, int, int], seed: int, what: str, workload: str = DEFAULT_WORKLOAD) -> str:
-    """The plain workload's keys are unchanged (fp32/1x128x4096/seed0/grad); another workload's shape is
-    prefixed with its name (fp32/edges:2x32x4099/seed0/grad)."""
-    sid = "x".join(map(str, shape))
-    return f"{dtype}/{sid if workload == DEFAULT_WORKLOAD else f'{workload}:{sid}'}/seed{seed}/{what}"
+    """fp32/1x128x4096/seed0/grad; fp32/edges:2x32x4099/seed0/grad (shape_id)."""
+    return f"{dtype}/{shape_id(shape, workload)}/seed{seed}/{what}"
 
 
 def table_key(key_: str, tier_scope: str, target: str) -> str:
     """A key as a tier's table holds it: as is for an all-devices tier, under the target for a per-target one
     (sm90/fp32/...: the same work gives other bits on another architecture)."""
     return key_ if tier_scope == "all-devices" else f"{target}/{key_}"
+
+
+def recorded_name(key_: str, tier_scope: str, target: str) -> str:
+    """The name a cell records a digest under in result.json for its tier's table (read back by `recorded`)."""
+    return RECORDED + table_key(key_, tier_scope, target)
+
+
+def recorded(digests: dict[str, str]) -> dict[str, str]:
+    """The table entries ({table key: digest}) among a result's digests: those named by recorded_name."""
+    return {name.removeprefix(RECORDED): d for name, d in digests.items() if name.startswith(RECORDED)}
 
 
 def expected(tier: str, tier_scope: str, target: str, keys: dict[str, str]) -> tuple[dict[str, str], list[str]]:

@@ -19,7 +19,7 @@ from rlparity.config import IMAGES_FILE, MATRICES_DIR, ConfigError, TomlFile, as
 from rlparity.images import Image, load_images
 
 PLACEMENTS = ("single", "dual-die", "split")
-PLATFORMS = ("cpu", "cuda", "rocm")
+PLATFORMS = ("cpu", "cuda", "rocm")  # rl_kernel.tiers.PLATFORMS too (cells.DTYPES says why two)
 LOCAL_IMAGE = "local"  # the local backend runs every cell on the host: the image axis collapses to this
 
 

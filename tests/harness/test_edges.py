@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rl_kernel.bitwise import bits_equal
+from rl_kernel.inputs import DTYPE_NAMES
 from rlparity import cells, golden
-from rlparity.cell import episodes as W
-from rlparity.cell import workloads
+from rlparity.cell import episodes, workloads
+from rlparity.cell.workloads.edges import episode as W
 from rlparity.matrix import load_axes, load_matrix
 
 from harness.factories import MATRICES, write
@@ -21,7 +23,17 @@ def test_every_workload_a_shape_set_names_is_offered_here():
     """axes.toml's shape sets name workloads the cell side finds (the host keeps no list of them)."""
     offered = workloads.workloads()
     assert {w.name for w in load_axes().workloads.values()} <= set(offered)
-    assert cells.DEFAULT_WORKLOAD in offered and set(W.BUILDERS) <= set(offered)
+    assert cells.DEFAULT_WORKLOAD in offered
+
+
+def test_each_logits_workload_builds_its_episodes_through_its_descriptor():
+    """build_episode finds the builder in the workload's own folder (no central list); one without any says so."""
+    assert workloads.get("plain").episode is episodes.make_episode
+    assert workloads.get("edges").episode is W.make_edge_episode
+    built = episodes.build_episode("edges", 2, 32, 4099, "fp32", seed=1)
+    assert bits_equal(built.logits, W.make_edge_episode(2, 32, 4099, "fp32", 1).logits)  # NaN rows: bits
+    with pytest.raises(ValueError, match="workload 'model' builds no episode of logits"):
+        episodes.build_episode("model", 1, 4, 64, "fp32")
 
 
 def test_the_edges_shape_set_is_odd_and_names_its_workload():
@@ -49,13 +61,13 @@ def test_edge_episode_reaches_every_path(dtype):
     assert 0 not in starts or len(starts) > 1, "rows at several alignments: the scalar path"
     assert len(starts) > 1
     flat = x.float()
-    running = ep.tokens.reshape(-1) != W.IGNORE
+    running = ep.tokens.reshape(-1) != episodes.IGNORE
     for what, rows in (
         ("NaN", flat.isnan().any(-1)),
         ("+inf", (flat == float("inf")).any(-1)),
         ("all -inf", (flat == float("-inf")).all(-1)),
-        ("subnormal", ((flat != 0) & (flat.abs() < torch.finfo(W.DTYPES[dtype]).smallest_normal)).any(-1)),
-        ("huge", (flat.abs() > torch.finfo(W.DTYPES[dtype]).max / 2).any(-1)),
+        ("subnormal", ((flat != 0) & (flat.abs() < torch.finfo(DTYPE_NAMES[dtype]).smallest_normal)).any(-1)),
+        ("huge", (flat.abs() > torch.finfo(DTYPE_NAMES[dtype]).max / 2).any(-1)),
         ("one finite value", (flat.isfinite().sum(-1) == 1)),
     ):
         assert (rows & running).any(), f"no running {what} row"
@@ -75,10 +87,10 @@ def test_the_tie_row_lands_on_a_rounding_tie():
 
 def test_to_device_keeps_a_views_layout():
     ep = W.make_edge_episode(2, 32, 4099, "fp32")
-    moved = W.to_device(ep.logits, "cpu")
+    moved = episodes.to_device(ep.logits, "cpu")
     assert moved.stride() == ep.logits.stride() and moved.storage_offset() == ep.logits.storage_offset()
     # the path a GPU takes: the whole storage moved, the view rebuilt on it
-    again = W.to_device(ep.logits, "meta")
+    again = episodes.to_device(ep.logits, "meta")
     assert again.stride() == ep.logits.stride() and again.storage_offset() == W.EDGE_OFFSET
 
 

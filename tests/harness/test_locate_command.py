@@ -1,7 +1,8 @@
-"""`rlparity locate`: the host command runs `python -m rl_kernel.locate` and passes its verdict on as the exit code:
-0 when a patched tiny model's rollout and training paths agree, 1 when they differ (the stock model; a user's model
-with a planted decode-variant layer, named exactly), 3 for bad arguments (checked by the host, or by the
-subprocess: a factory that does not import), and a report in --json."""
+"""`rlparity locate ARGS...`: the host command runs `python -m rl_kernel.locate ARGS...` and passes its verdict on as
+the exit code: 0 when a patched tiny model's rollout and training paths agree, 1 when they differ (the stock model; a
+user's model with a planted decode-variant layer, named exactly), 3 for bad arguments (rl_kernel.locate's own
+options: a factory that does not import), 2 when it crashed (never 1), and a report in --json. Its output is the
+subprocess's, passed through (capfd)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ USER = textwrap.dedent(
     def nothing_to_compare():
         net = Net()
         return (lambda: net(torch.ones(1, 2)), lambda: net(torch.ones(2, 3)), net)
+
+    def broken():
+        raise KeyError("factory bug")
     """
 )
 
@@ -65,62 +69,77 @@ def locate(tmp_path: Path, *args: str) -> tuple[int, dict | None]:
     return code, json.loads(out.read_text()) if out.exists() else None
 
 
-def test_exit_0_when_the_paths_agree_and_1_when_a_users_planted_layer_differs(tmp_path, monkeypatch, capsys):
+def test_exit_0_when_the_paths_agree_and_1_when_a_users_planted_layer_differs(tmp_path, monkeypatch, capfd):
     code, report = locate(tmp_path, *TINY, "--tier", "exact")
-    assert code == gate.OK, capsys.readouterr().out
+    assert code == gate.OK, capfd.readouterr().out
     assert report["equal"] is True and report["first"] is None and report["exit"] == 0
     assert len(report["modules"]) > 20 and [layer["share"] for layer in report["layers"]] == [0.0, 0.0]
-    assert "bitwise equal" in capsys.readouterr().out
+    assert "bitwise equal" in capfd.readouterr().out
     # the same model (as a user's factory) with layer 1's down_proj one ulp up in decode steps only
     (tmp_path / "user_pkg_locate.py").write_text(USER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     code, report = locate(tmp_path, "--model", "user_pkg_locate:planted", "--batch", "2", "--prompt", "5")
-    assert code == gate.MISMATCH, capsys.readouterr().out
+    assert code == gate.MISMATCH, capfd.readouterr().out
     assert report["first"]["name"] == "model.layers.1.mlp.down_proj" and report["first"]["max_ulp"] == 1
     assert [layer["share"] for layer in report["layers"]][:1] == [0.0]
 
 
-def test_the_stock_model_differs_exit_1_and_the_report_names_the_module(tmp_path, capsys):
+def test_the_stock_model_differs_exit_1_and_the_report_names_the_module(tmp_path, capfd):
     code, report = locate(tmp_path, *TINY, "--tier", "stock", "--batch", "4")
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert code == gate.MISMATCH, out
     first = report["first"]["name"]
     assert first.startswith("model.") and f"first divergent module: {first}" in out
     assert report["equal"] is False and report["first"]["max_ulp"] > 0
 
 
-def test_a_factory_of_two_callables_is_compared_with_locate_paths(tmp_path, monkeypatch, capsys):
+def test_a_factory_of_two_callables_is_compared_with_locate_paths(tmp_path, monkeypatch, capfd):
     (tmp_path / "user_pkg_locate.py").write_text(USER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     code, report = locate(tmp_path, "--model", "user_pkg_locate:paths")
-    assert code == gate.MISMATCH, capsys.readouterr().out
+    assert code == gate.MISMATCH, capfd.readouterr().out
     assert report["first"]["name"] == "blocks.1" and report["labels"] == ["a", "b"]
     assert [m["name"] for m in report["modules"] if m["equal"]] == ["blocks.0"]
 
 
 @pytest.mark.parametrize(
-    "args",
+    "args, problem",
     [
-        ["--family", "gpt2"],
-        ["--batch", "0"],
-        ["--new", "x"],
-        ["--device", "tpu"],
-        ["--model", "no-colon"],
+        (["--family", "gpt2"], "invalid choice: 'gpt2'"),
+        (["--batch", "0"], "must be >= 1, got 0"),
+        (["--new", "x"], "invalid _positive value: 'x'"),
+        (["--device", "tpu"], "tpu"),
+        (["--model", "no-colon"], "--model takes pkg.module:factory, got 'no-colon'"),
     ],
 )
-def test_bad_arguments_exit_3_before_any_subprocess(args, monkeypatch, capsys):
-    monkeypatch.setattr("subprocess.run", lambda *a, **k: pytest.fail("no subprocess for bad arguments"))
-    with pytest.raises(SystemExit) as exc:
-        raise SystemExit(cli.main(["locate", *args]))
-    assert exc.value.code == gate.CONFIG
+def test_bad_arguments_exit_3_and_say_why(args, problem, capfd):
+    """rl_kernel.locate checks its own options (the host keeps no copy of them)."""
+    assert cli.main(["locate", *args]) == gate.CONFIG
+    assert problem in capfd.readouterr().err
 
 
-def test_a_factory_that_does_not_import_or_gives_nothing_to_compare_exits_3(tmp_path, monkeypatch, capsys):
+def test_help_is_rl_kernel_locates(capfd):
+    assert cli.main(["locate", "--help"]) == gate.OK
+    out = capfd.readouterr().out
+    assert out.startswith("usage: python -m rl_kernel.locate") and "--family {llama,qwen2,qwen3}" in out
+
+
+def test_a_crash_is_exit_2_never_1(tmp_path, monkeypatch, capfd):
+    """An exception rl_kernel.locate does not catch (here a KeyError from a user's factory) would be Python's exit 1,
+    which says the paths differ: the host makes it 2 and the traceback is shown."""
+    (tmp_path / "user_pkg_locate.py").write_text(USER)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    code, report = locate(tmp_path, "--model", "user_pkg_locate:broken")
+    assert code == gate.ERROR and report is None
+    assert "KeyError: 'factory bug'" in capfd.readouterr().err
+
+
+def test_a_factory_that_does_not_import_or_gives_nothing_to_compare_exits_3(tmp_path, monkeypatch, capfd):
     code, report = locate(tmp_path, "--model", "no_such_module_here:factory")
     assert code == gate.CONFIG and report is None
-    assert "no_such_module_here" in capsys.readouterr().out
+    assert "no_such_module_here" in capfd.readouterr().err
     (tmp_path / "user_pkg_locate.py").write_text(USER)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
     code, report = locate(tmp_path, "--model", "user_pkg_locate:nothing_to_compare")
     assert code == gate.CONFIG and report is None  # not 1: no verdict without a comparison
-    assert "no module output could be compared" in capsys.readouterr().out
+    assert "no module output could be compared" in capfd.readouterr().err

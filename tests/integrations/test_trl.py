@@ -1,9 +1,8 @@
-"""TRL's GRPOTrainer (rl_kernel.integrations.trl) on a tiny random Qwen3 built from a config, one step on the CPU at
-TRL's defaults (bf16 autocast, gradient checkpointing): patched, the rollout's per-token log-probs (generate()'s
-logits, the trainer's temperature, TRL's selective_log_softmax as installed) equal the log-probs the training
-forward computes for the same completions, bit for bit, and two runs give identical weights; stock GRPOTrainer
-(its fused LM head) differs, and the test says by how much. Skipped where TRL is not installed
-(requirements-trl.txt)."""
+"""TRL's GRPOTrainer (rl_kernel.integrations.trl) on rl_kernel.models' tiny random Qwen3, one step on the CPU at TRL's
+defaults (bf16 autocast, gradient checkpointing): patched, the rollout's per-token log-probs (generate()'s logits,
+the trainer's temperature, TRL's selective_log_softmax as installed) equal the log-probs the training forward
+computes for the same completions, bit for bit, and two runs give identical weights; stock GRPOTrainer (its fused
+LM head) differs, and the test says by how much. Skipped where TRL is not installed (requirements-trl.txt)."""
 
 from __future__ import annotations
 
@@ -23,8 +22,9 @@ tokenizers = pytest.importorskip("tokenizers")
 from rl_kernel.bitwise import bits_equal, diff  # noqa: E402
 from rl_kernel.integrations import transformers as rl_hf  # noqa: E402
 from rl_kernel.integrations import trl as rl_trl  # noqa: E402
+from rl_kernel.models import PAD, tiny_weights  # noqa: E402
 
-VOCAB, PAD, UNK, EOS = 96, 0, 1, 2
+VOCAB, EOS = 96, 2  # EOS: the tokenizer's eos_token, t2 (PAD, t0, is rl_kernel.models')
 PROMPTS, GENERATIONS, BATCH, NEW = 8, 4, 8, 6  # one step: 2 prompts x 4 completions of <= 6 tokens
 TRL_OWN = trl.trainer.utils.selective_log_softmax
 TEMPERATURE = 0.7  # not 1: the division is on the path
@@ -40,18 +40,9 @@ def tokenizer():
 
 
 def model(seed: int = 0):
-    config = transformers.Qwen3Config(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=256, pad_token_id=PAD, eos_token_id=EOS,
-        bos_token_id=None, use_sliding_window=False,
-    )  # fmt: skip
-    torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(m.named_parameters()):
-            w = torch.randn(p.shape, generator=g)
-            p.copy_(1.0 + 0.1 * w if name.endswith("norm.weight") else w * p.shape[-1] ** -0.5 if p.dim() == 2 else w)
+    """rl_kernel.models' tiny Qwen3 (fp32 on the CPU, as TRL's trainer takes it), ending sequences at EOS."""
+    m = tiny_weights("qwen3", VOCAB, seed)
+    m.config.eos_token_id = m.generation_config.eos_token_id = EOS
     return m
 
 

@@ -4,69 +4,37 @@ in the interface of rlparity's engines workload:
     rollout(shape=(B, T, V), dtype, seed, device, tier, **engine) -> {tokens, logprobs, logits_digest}
     train(tokens, shape, dtype, seed, device, tier, **engine) -> {logprobs, logits_digest}
 
-The rollout is generate() (greedy, T new tokens after seeded prompts of mixed lengths, left padded) keeping the
-logits each token was chosen from; the trainer rebuilds the same model and prompts from the seed and runs one
-teacher-forced forward (autograd on, as a training step runs it) over prompt + completion. Both take the tokens'
-log-probs with the same function. engine parameters: patched (default true: rl_kernel.integrations.transformers
-.patch(model, tier=tier); false: stock), layers, hidden, heads (the model's shape).
+The model and the prompts are rl_kernel.models' (tiny_model, sequences). The rollout is generate() (greedy, T
+new tokens after seeded prompts of mixed lengths, left padded) keeping the logits each token was chosen from; the
+trainer rebuilds the same model and prompts from the seed and runs one teacher-forced forward (autograd on, as a
+training step runs it) over prompt + completion. Both take the tokens' log-probs with the same function. engine
+parameters: patched (default true: rl_kernel.integrations.transformers.patch(model, tier=tier); false: stock),
+layers, hidden, heads (the model's shape).
 """
 
 from __future__ import annotations
 
 import torch
-import transformers
 
 from rl_kernel import tiers
 from rl_kernel.bitwise import digest
-from rl_kernel.integrations import transformers as rl_hf
+from rl_kernel.models import PAD, sequences, tiny_model
 
-PAD = 0
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+PROMPT = 8  # prompts are 2 .. PROMPT tokens, left padded to PROMPT
 
 
 def build(vocab: int, dtype: str, seed: int, device: str, tier: str, patched: bool = True, layers: int = 2,
           hidden: int = 64, heads: int = 4) -> torch.nn.Module:  # fmt: skip
-    """A Qwen3 of the shape with weights drawn on the CPU from seed (the same bits on every device)."""
-    config = transformers.Qwen3Config(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=max(1, heads // 2),
-        head_dim=hidden // heads,
-        max_position_embeddings=4096,
-        pad_token_id=PAD,
-        bos_token_id=None,
-        eos_token_id=None,
-        use_sliding_window=False,
-    )
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config)
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            w = torch.randn(p.shape, generator=g)
-            if name.endswith("norm.weight"):
-                w = 1.0 + 0.1 * w
-            elif p.dim() == 2 and "embed" not in name:
-                w = w * p.shape[1] ** -0.5
-            p.copy_(w)
-    model = model.to(DTYPES[dtype]).to(device).eval()
-    return rl_hf.patch(model, tier=tier) if patched else model
+    """rl_kernel.models' tiny Qwen3 of the shape, weights drawn on the CPU from seed (the same bits on every
+    device), patched in the tier unless `patched` is false."""
+    return tiny_model("qwen3", vocab, layers, hidden, heads, dtype=dtype, seed=seed, device=device,
+                      tier=tier if patched else "stock")  # fmt: skip
 
 
 def prompts(batch: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeded prompts of 2 .. 8 tokens, left padded with PAD: (ids, mask), [B, P]."""
-    g = torch.Generator().manual_seed(seed + 11)
-    lengths = [int(x) for x in torch.randint(2, 9, (batch,), generator=g)]
-    width = max(lengths)
-    ids = torch.full((batch, width), PAD, dtype=torch.long)
-    mask = torch.zeros(batch, width, dtype=torch.long)
-    for b, n in enumerate(lengths):
-        ids[b, width - n :] = torch.randint(1, vocab, (n,), generator=g)
-        mask[b, width - n :] = 1
-    return ids, mask
+    """Seeded prompts of 2 .. PROMPT tokens, left padded with PAD (rl_kernel.models.sequences, no completion):
+    (ids, mask), [B, PROMPT]."""
+    return sequences(batch, PROMPT, 0, vocab, seed)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, tier: str, patched: bool) -> torch.Tensor:

@@ -21,8 +21,9 @@ import tempfile
 import torch
 
 from rl_engines import hf
+from rl_kernel.models import PAD
 
-PAD, UNK, EOS = 0, 1, 2
+EOS = 2  # the tokenizer's eos_token, t2 (PAD, t0, is rl_kernel.models')
 _STEPS: list[tuple[torch.Tensor, torch.Tensor]] = []  # (tokens, the training forward's log-probs) of each step run
 
 

@@ -21,8 +21,6 @@ from rlparity.config import GOLDEN_DIR, ConfigError
 from rlparity.matrix import load_axes
 from rlparity.ui import console
 
-RECORDED = "golden/"  # the cell side's prefix (rlparity.cell.suite.plugin.RECORDED; test_golden_table keeps them equal)
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("golden", help="check (or --update) every golden digest of the exact tier (kernels + workloads)")
@@ -76,15 +74,15 @@ def _kernel_digests(update: bool) -> int:
 
 
 def record(results_dir: Path, root: Path = GOLDEN_DIR) -> int:
-    """A per-target tier's digests as its cells on a target recorded them (golden/<target>/<key> in result.json),
+    """A per-target tier's digests as its cells on a target recorded them (rlparity.golden.recorded_name),
     merged into data/golden/<tier>.json: the only way a per-target table is written (no CPU can compute it)."""
     by_tier: dict[str, dict[str, str]] = {}
     for res in results.read_all(results_dir) if (results_dir / "cells").is_dir() else []:
         if res.status != "passed" or res.cell.tier_scope != "per-target" or res.variant != "none":
             continue
-        for name, dig in res.digests.items():
-            if name.startswith(RECORDED):
-                by_tier.setdefault(res.cell.tier, {})[name.removeprefix(RECORDED)] = dig
+        entries = golden.recorded(res.digests)
+        if entries:
+            by_tier.setdefault(res.cell.tier, {}).update(entries)
     if not by_tier:
         raise ConfigError(f"no passed per-target cell in {results_dir} recorded a golden digest: nothing to write")
     for tier, entries in sorted(by_tier.items()):

@@ -14,7 +14,7 @@ from typing import Any
 from rlparity import gate
 from rlparity.report.model import Entry, Failure, History, NightCount, Onset, Report, is_number
 from rlparity.report.rules import canon
-from rlparity.results import STATUSES
+from rlparity.results import MISMATCH_METRICS, STATUSES
 
 NO_BASELINE = "no baseline given"
 VERDICT = {gate.OK: "PASS", gate.MISMATCH: "MISMATCH", gate.ERROR: "ERROR", gate.ENVIRONMENT: "TOO FEW RAN"}
@@ -191,14 +191,11 @@ def _cell_row(e: Entry) -> list[str]:
     ]
 
 
-MISMATCH_COLUMNS = ("tokens", "mean_abs_dlogp", "max_abs_dlogp", "k3_kl", "clipped_share")
-
-
 def mismatch(rep: Report) -> Section:
     """Every cell that recorded a rollout/training mismatch (not bitwise: the stock controls, users' engines)."""
     rows = [
         [e.result.cell.id, e.result.cell.workload, *(f"{e.result.mismatch.get(k, float('nan')):.3g}"
-                                                    for k in MISMATCH_COLUMNS)]
+                                                    for k in MISMATCH_METRICS)]
         for e in rep.entries
         if e.result.mismatch
     ]  # fmt: skip

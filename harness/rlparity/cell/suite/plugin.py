@@ -122,9 +122,6 @@ class SuitePlugin:
             metafunc.parametrize("shape", shapes, ids=["x".join(map(str, s)) for s in shapes])
 
 
-RECORDED = "golden/"  # result.json digests named golden/<table key>: what `rlparity golden --record` reads
-
-
 def check_committed(cell: Cell, record: Recorder, label: str, keys: dict[str, str], actual: dict[str, str]) -> None:
     """A cell's digests ({what: digest}) against its tier's committed ones ({what: rlparity.golden.key}). For an
     all-devices tier a key without one fails (write it with `rlparity golden --update`). A per-target tier
@@ -138,7 +135,7 @@ def check_committed(cell: Cell, record: Recorder, label: str, keys: dict[str, st
         )
     if cell.tier_scope == "per-target":
         for what, key in keys.items():
-            record.digests[RECORDED + golden.table_key(key, cell.tier_scope, cell.target)] = actual[what]
+            record.digests[golden.recorded_name(key, cell.tier_scope, cell.target)] = actual[what]
     wrong = [
         f"{what}: {actual[what][:16]} != golden {expected[:16]}"
         for what, expected in table.items()

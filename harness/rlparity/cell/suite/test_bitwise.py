@@ -18,14 +18,6 @@ from rlparity.cell.episodes import (
 )
 from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
 from rlparity.cell.suite.plugin import check_committed
-from rlparity.cells import DEFAULT_WORKLOAD
-
-
-def _sid(shape, workload: str = DEFAULT_WORKLOAD) -> str:
-    """The shape's name in comparisons and digests; another workload's prefixed (edges:2x32x4099), so two
-    shape sets with one shape but different episodes never share a digest name."""
-    sid = "x".join(map(str, shape))
-    return sid if workload == DEFAULT_WORKLOAD else f"{workload}:{sid}"
 
 
 def make_episode(shape, cell):
@@ -39,10 +31,10 @@ def test_rollout_matches_training(cell, control, record, shape):
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     rollout = rollout_logprobs(ep, lp, rollout_dev, cell.seed)
     training, grad = training_logprobs(ep, lp, train_dev)
-    record.output(f"{_sid(shape, cell.workload)}/logprobs", training)
-    record.output(f"{_sid(shape, cell.workload)}/grad", grad)
+    record.output(f"{golden.shape_id(shape, cell.workload)}/logprobs", training)
+    record.output(f"{golden.shape_id(shape, cell.workload)}/grad", grad)
     d = record.compare(
-        f"{_sid(shape, cell.workload)} rollout ({rollout_dev}) vs training ({train_dev})", rollout, training
+        f"{golden.shape_id(shape, cell.workload)} rollout ({rollout_dev}) vs training ({train_dev})", rollout, training
     )
     assert d.equal, d.summary()
 
@@ -64,7 +56,7 @@ def test_batch_invariance(cell, control, record, shape):
         got = lp(to_device(vx, dev), vtok.to(dev)).cpu()
         got_stats = stats(to_device(vx, dev)).cpu()
         for what, a, b in (("logprobs", got, reference[index]), ("row stats", got_stats, reference_stats[index])):
-            d = record.compare(f"{_sid(shape, cell.workload)} {name} vs batch {what}", a, b)
+            d = record.compare(f"{golden.shape_id(shape, cell.workload)} {name} vs batch {what}", a, b)
             if not d.equal:
                 failures.append(f"{name} {what}: {d.summary()}")
     assert not failures, "; ".join(failures)
@@ -80,7 +72,7 @@ def test_run_to_run(cell, control, record, shape):
     for i in range(1, cell.repeats):
         again_lp, again_grad = training_logprobs(ep, lp, dev)
         for what, a, b in (("logprobs", again_lp, first_lp), ("grad", again_grad, first_grad)):
-            d = record.compare(f"{_sid(shape, cell.workload)} repeat {i} {what}", a, b)
+            d = record.compare(f"{golden.shape_id(shape, cell.workload)} repeat {i} {what}", a, b)
             if not d.equal:
                 failures.append(f"repeat {i} {what}: {d.summary()}")
     assert not failures, "; ".join(failures)
@@ -94,7 +86,7 @@ def test_golden_digests(cell, control, record, shape):
     lp, grad = training_logprobs(ep, logprob_fn(control, cell.tier), dev)
     stats = stats_fn(control)(to_device(ep.logits.reshape(-1, shape[2]), dev))
     actual = {"logprobs": digest(lp), "grad": digest(grad), "stats": digest(stats)}
-    check_committed(cell, record, _sid(shape, cell.workload), keys, actual)
+    check_committed(cell, record, golden.shape_id(shape, cell.workload), keys, actual)
 
 
 def test_split_matches_single(cell, control, record, shape):
@@ -107,7 +99,7 @@ def test_split_matches_single(cell, control, record, shape):
     failures = []
     for tp in split_tps(cell.platform):
         split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control, cell.workload, tp)
-        sid = _sid(shape, cell.workload)
+        sid = golden.shape_id(shape, cell.workload)
         d_lp = record.compare(f"{sid} split tp{tp} vs single logprobs", split_lp, single_lp)
         d_grad = record.compare(f"{sid} split tp{tp} vs single grad", split_grad, single_grad)
         if not (d_lp.equal and d_grad.equal):
@@ -126,7 +118,7 @@ def test_vocab_slices_match_single(cell, control, record, shape):
     tok = ep.tokens.reshape(-1).to(dev)
     failures = []
     for name, (sliced, single) in slice_comparisons(x, tok, control).items():
-        d = record.compare(f"{_sid(shape, cell.workload)} vocab slices {name}", sliced.cpu(), single.cpu())
+        d = record.compare(f"{golden.shape_id(shape, cell.workload)} vocab slices {name}", sliced.cpu(), single.cpu())
         if not d.equal:
             failures.append(f"{name}: {d.summary()}")
     assert not failures, "; ".join(failures)
@@ -145,7 +137,7 @@ def test_token_contract(cell, control, record, shape):
     lp = token_fn(control)
     got = lp(x, tok, False).cpu()
     expected = lp(x, torch.tensor([IGNORE, 0, 0, valid], device=dev), True).cpu()
-    sid, failures = _sid(shape, cell.workload), []
+    sid, failures = golden.shape_id(shape, cell.workload), []
     for name, a, b in (
         ("ignore_index gives +0.0", got[:1], torch.zeros(1)),
         (
@@ -181,7 +173,10 @@ def test_stock_pytorch_control(cell, record, shape):
     rollout = rollout_logprobs(ep, stock, dev, cell.seed)
     training, _ = training_logprobs(ep, stock, dev)
     d1 = record.compare(
-        f"{_sid(shape, cell.workload)} stock log_softmax rollout vs training", rollout, training, informational=True
+        f"{golden.shape_id(shape, cell.workload)} stock log_softmax rollout vs training",
+        rollout,
+        training,
+        informational=True,
     )
 
     g = torch.Generator().manual_seed(cell.seed)
@@ -189,7 +184,7 @@ def test_stock_pytorch_control(cell, record, shape):
     hidden = torch.randn(shape[0] * shape[1], 256, generator=g).to(dtype).to(dev)
     head = torch.randn(256, shape[2], generator=g).to(dtype).to(dev)
     d2 = record.compare(
-        f"{_sid(shape, cell.workload)} stock matmul mm(a[:1], b) vs mm(a, b)[:1]",
+        f"{golden.shape_id(shape, cell.workload)} stock matmul mm(a[:1], b) vs mm(a, b)[:1]",
         torch.mm(hidden[:1], head).cpu(),
         torch.mm(hidden, head)[:1].cpu(),
         informational=True,

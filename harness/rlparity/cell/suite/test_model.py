@@ -113,7 +113,7 @@ def test_model_golden_digests(cell, record, shape, family, params):
     dev = devices(cell.platform, cell.placement)[1]
     r, step = _first_rl_step(family, shape, cell, dev, params)
     outputs = M.golden_outputs(r, step)
-    keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", M.WORKLOAD) for what in outputs}
+    keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", cell.workload) for what in outputs}
     check_committed(cell, record, _sid(shape, family), keys, outputs)
 
 

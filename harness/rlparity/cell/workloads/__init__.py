@@ -27,6 +27,8 @@ SUITE_DIR = Path(__file__).resolve().parents[1] / "suite"
 
 # (shape [B, T, V], dtype name, seed, params, tier) -> {what: digest}, keyed by rlparity.golden.key's `what`.
 GoldenFn = Callable[[tuple[int, int, int], str, int, dict[str, Any], str], dict[str, str]]
+# (batch, seq, vocab, dtype name, seed) -> rlparity.cell.episodes.Episode (not imported here: the probe stays light)
+EpisodeFn = Callable[[int, int, int, str, int], Any]
 
 
 class WorkloadError(LookupError):
@@ -42,6 +44,8 @@ class Workload:
     golden    its committed digests' compute function (None: the workload commits none)
     params    the parameters it takes, each with its default
     needs     the tier operators its suite calls (a cell whose tier lacks one is skipped with that reason)
+    episode   a logits workload's episode builder, which rlparity.cell.episodes.build_episode finds here (None:
+              the workload builds its own inputs)
     """
 
     name: str
@@ -50,6 +54,7 @@ class Workload:
     params: dict[str, Any] = field(default_factory=dict)
     needs: tuple[str, ...] = ()
     description: str = ""
+    episode: EpisodeFn | None = None
     origin: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -1,13 +1,11 @@
 """The edges workload: the plain suite over an episode that reaches every code path of every kernel
-(rlparity.cell.episodes.make_edge_episode: odd vocabularies, odd element offsets, the edge rows)."""
+(episode.py beside this: odd vocabularies, odd element offsets, the edge rows)."""
 
-from rlparity.cell.workloads import Workload
-from rlparity.cell.workloads.logits import NEEDS, SUITE, golden_for
+from rlparity.cell.workloads.edges.episode import make_edge_episode
+from rlparity.cell.workloads.logits import logits_workload
 
-WORKLOAD = Workload(
-    name="edges",
-    suite=SUITE,
-    golden=golden_for("edges"),
-    needs=NEEDS,
-    description="the plain suite over edge rows: NaN, +-inf, subnormals, ties, odd vocabularies and offsets",
+WORKLOAD = logits_workload(
+    "edges",
+    make_edge_episode,
+    "the plain suite over edge rows: NaN, +-inf, subnormals, ties, odd vocabularies and offsets",
 )

@@ -11,12 +11,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-WORKLOAD = "model"  # the name shape sets give it (axes.toml workload = "model")
 # Where each public name lives. Resolved on first use (PEP 562): the device probe imports this package for its
 # descriptor (workload.py) and must not pay for transformers.
 _MODULES = {
     "rollout": (
-        "CLIP", "DTYPES", "FAMILIES", "MAX_PROMPT", "PAD", "Prompts", "Rollout", "build", "completion_logits", "config",
+        "CLIP", "FAMILIES", "MAX_PROMPT", "PAD", "Prompts", "Rollout", "build", "completion_logits", "config",
         "continuous_batching", "drift", "forward_views", "full_mask", "generate", "padded", "patched", "prompts",
         "stock", "unpadded",
     ),

@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import LogitsProcessorList
 
-from rl_kernel.inputs import DTYPE_NAMES as DTYPES
+from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.models import FAMILIES as FAMILIES  # re-exported: the model workload's families
 from rl_kernel.models import PAD, tiny_config, tiny_weights
@@ -26,16 +26,16 @@ CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] ar
 SHAPE_PARAMS = ("layers", "hidden", "heads", "intermediate")
 
 
-# ---- the model ---------------------------------------------------------------------------------------
-config = tiny_config  # the family's config (rl_kernel.models: the locator builds the same models)
+# ---- the model: rl_kernel.models' (the locator, bench/, examples/ and the tests build the same) ------------
+config = tiny_config  # the family's config
 
 
 def build(
     family: str, vocab: int, dtype: str, seed: int, device: str | torch.device = "cpu", **shape: int
 ) -> transformers.PreTrainedModel:
     """The family's model (tiny_config's shape arguments) with weights from seed (rl_kernel.models.tiny_weights:
-    made on the CPU in float32), then cast and moved."""
-    return tiny_weights(family, vocab, seed, **shape).to(DTYPES[dtype]).to(device)
+    made on the CPU in float32), then cast and moved (as rl_kernel.models.tiny_model, which takes no `intermediate`)."""
+    return tiny_weights(family, vocab, seed, **shape).to(DTYPE_NAMES[dtype]).to(device)
 
 
 def stock(family: str, vocab: int, dtype: str, seed: int, device, **params: int):
@@ -59,6 +59,9 @@ class Prompts:
 
 
 def prompts(batch: int, vocab: int, seed: int) -> Prompts:
+    """Seeded prompts of 2 .. MAX_PROMPT tokens, left padded with PAD to the longest. Not rl_kernel.models.sequences
+    (the locator's), which draws each row's length and tokens in turn: the committed digests of the model workload
+    (data/golden/exact.json) are of these prompts."""
     g = torch.Generator().manual_seed(seed + 11)
     lengths = [int(x) for x in torch.randint(2, MAX_PROMPT + 1, (batch,), generator=g)]
     width = max(lengths)
