@@ -42,11 +42,17 @@ def test_run_takes_control_and_the_deprecated_variant(flag):
 
 
 def test_fma_sources_are_the_builds_sources():
-    """The FMA control rebuilds exactly what setup.py builds: build_flags.sources(), files that exist."""
+    """The FMA control rebuilds exactly what setup.py builds (build_flags.sources(), files that exist), with
+    contraction on for the host and for the device code of either vendor."""
+    from pathlib import Path
+
     from rl_kernel import build_flags
 
     for gpu in (False, True):
-        got = controls._fma_sources(build_flags, gpu)
+        got = [Path(p) for p in controls.fma_spec(gpu)["sources"]]
         assert got == [build_flags.REPO / s for s in build_flags.sources(gpu)]
         assert got and all(p.is_file() for p in got)
-    assert len(controls._fma_sources(build_flags, True)) > len(controls._fma_sources(build_flags, False))
+    assert len(controls.fma_spec(True)["sources"]) > len(controls.fma_spec(False)["sources"])
+    assert "-ffp-contract=fast" in controls.fma_spec(False)["cxx"]
+    assert "--fmad=true" in controls.fma_spec(True, hip=False)["device"]
+    assert "-ffp-contract=fast" in controls.fma_spec(True, hip=True)["device"]

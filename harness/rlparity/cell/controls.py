@@ -279,28 +279,33 @@ def control_env(control: str, gpu: bool = False) -> dict[str, str]:
 FMA_FLAGS = ["-ffp-contract=fast"] + (["-mfma"] if platform.machine() in ("x86_64", "AMD64") else [])
 
 
-def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
-    """Compile rl_kernel with implicit FMA contraction; returns the shared library.
+def fma_spec(gpu: bool = False, hip: bool | None = None) -> dict:
+    """The FMA-contracted build's sources and flags: the build's own sources (build_flags.sources) with implicit
+    contraction on: -ffp-contract=fast (-mfma on x86) for the host, --fmad=true (nvcc) or -ffp-contract=fast
+    (hipcc) for device code."""
+    from rl_kernel import build_flags
 
-    gpu=False: the CPU operators only. gpu=True: also the CUDA/HIP kernels, device code with --fmad=true
-    (nvcc) or -ffp-contract=fast (hipcc). Built and cached by rl_kernel.mutations.build_variant.
-    """
-    from rl_kernel import build_flags, mutations
-
+    hip = bool(torch.version.hip) if hip is None else hip
     device: list[str] = []
-    if gpu:
-        if torch.version.hip:
-            device = [f for f in build_flags.HIP_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
-        else:
-            device = [f.replace("--fmad=false", "--fmad=true") for f in build_flags.NVCC_FLAGS]
-            device = [f for f in device if f != "-Xcompiler=-ffp-contract=off"]
-    spec = {
+    if gpu and hip:
+        device = [f for f in build_flags.HIP_FLAGS if not f.startswith("-ffp-contract")] + ["-ffp-contract=fast"]
+    elif gpu:
+        device = [f.replace("--fmad=false", "--fmad=true") for f in build_flags.NVCC_FLAGS]
+        device = [f for f in device if f != "-Xcompiler=-ffp-contract=off"]
+    return {
         "sources": [str(build_flags.REPO / s) for s in build_flags.sources(gpu)],
         "cxx": [*build_flags.CXX_FLAGS, *FMA_FLAGS],
         "device": device,
     }
+
+
+def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
+    """Compile rl_kernel with implicit FMA contraction (fma_spec); returns the shared library. gpu=False: the CPU
+    operators only; gpu=True: also the CUDA/HIP kernels. Built and cached by rl_kernel.mutations.build_variant."""
+    from rl_kernel import mutations
+
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
-    return mutations.build_variant(f"fma-{'gpu' if gpu else 'cpu'}", "rl_kernel_fma", spec, root)
+    return mutations.build_variant(f"fma-{'gpu' if gpu else 'cpu'}", "rl_kernel_fma", fma_spec(gpu), root)
 
 
 def main(argv: list[str] | None = None) -> int:
