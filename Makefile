@@ -1,6 +1,6 @@
 # rlparity: `make run` (the main job) and `make test` (all tests) on a fresh machine.
-# Uses the active python3 when it can import torch; otherwise creates .venv with
-# the pinned CPU torch (see ../shared/environment.md and requirements-cpu.txt).
+# Uses the active python3 when it can import torch; otherwise creates .venv from
+# requirements-cpu.txt (the CPU pin, torch 2.13.0, and the dev tools).
 
 SHELL := /bin/bash
 PYTHON_SYS ?= python3
