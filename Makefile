@@ -18,7 +18,7 @@ SOURCES := $(wildcard kernels/rl_kernel/*/*/*.h kernels/rl_kernel/*/*/*.cuh kern
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test lint kernels-check selfcheck golden selftest bench print-python clean
+.PHONY: all build run test test-fast lint kernels-check selfcheck golden selftest bench print-python clean
 
 all: test
 
@@ -89,6 +89,11 @@ test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 	for v in $(TRL_RANGE); do \
 	  RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$$v $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS) || exit 1; \
 	done
+
+# The developer's loop: every test but the slow ones (builds, containers, subprocess cells, larger shapes;
+# `make test` runs those too).
+test-fast: build
+	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
 
 lint: build
 	$(PY) -m ruff check .

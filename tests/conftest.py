@@ -35,10 +35,17 @@ def device(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+CONTAINERS = {"client", "cpu_image"}  # fixtures of the container tests (the Docker engine): slow by nature
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(requires_gpu)
+        if CONTAINERS & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+    # The slow tests first: xdist hands tests out in this order, and a long test that starts last sets the end.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 # ---- the Docker engine (CI provides it: .ci/run) and the rlparity:cpu image built from this checkout ----

@@ -31,6 +31,7 @@ from harness.scripted import (
 
 
 # ---- the CLI end to end ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_run_passes_writes_junit_and_summary_and_resumes(tmp_path):
     out = tmp_path / "res"
     proc = rlparity("run", "--matrix", "quick", "--filter", CPU_FILTER, "--out", str(out), cwd=tmp_path)
@@ -60,6 +61,7 @@ def test_cli_run_passes_writes_junit_and_summary_and_resumes(tmp_path):
     assert proc.returncode == 0, show(proc)
 
 
+@pytest.mark.slow
 def test_cli_planted_mismatch_exits_1_with_a_junit_failure(tmp_path):
     out = tmp_path / "res"
     proc = rlparity("run", "--filter", CPU_FILTER, "--control", "ulp-flip", "--out", str(out), cwd=tmp_path)
@@ -117,6 +119,7 @@ def test_cli_bad_subcommand_via_console_script_exits_3(tmp_path):
     assert "invalid choice" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_timeout_exits_2_with_a_junit_error(tmp_path):
     matrix = write_matrix(tmp_path / "one.toml")
     out = tmp_path / "res"
@@ -146,6 +149,7 @@ def test_cli_unknown_control_is_bad_configuration(tmp_path):
     assert not (out / "cells").exists()
 
 
+@pytest.mark.slow
 def test_cli_strict_turns_a_skipped_required_cell_into_an_error(tmp_path):
     gpu_filter = "target=gfx942 profile=baseline dtype=fp32 shapes=quick"
     cell_id = "local/gfx942/baseline/single/fp32/quick/exact"
@@ -176,6 +180,7 @@ def test_cli_env_prints_the_fingerprint(tmp_path):
     assert isinstance(fp["env"], dict)
 
 
+@pytest.mark.slow
 def test_cli_compare_tensors(tmp_path):
     a = torch.linspace(-3, 3, 1000, dtype=torch.float32)
     b = a.clone()

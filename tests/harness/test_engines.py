@@ -91,6 +91,7 @@ def results_of(out: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in (out / "cells").glob("*/result.json")}
 
 
+@pytest.mark.slow
 def test_patched_engine_passes_and_stock_is_informational_with_mismatch_metrics(site, tmp_path):
     out = tmp_path / "r"
     proc = rlparity(site, "run", "--matrix", str(MATRIX), "--filter", "shapes=hf|hf-stock", "--jobs", "2",
@@ -122,6 +123,7 @@ def test_patched_engine_passes_and_stock_is_informational_with_mismatch_metrics(
     )
 
 
+@pytest.mark.slow
 def test_a_batch_variant_engine_fails_the_gate(site, tmp_path):
     out = tmp_path / "r"
     proc = rlparity(site, "run", "--matrix", str(MATRIX), "--filter", "shapes=variant", "--out", str(out), cwd=tmp_path)
@@ -165,6 +167,7 @@ def test_bad_engine_configuration_is_exit_3_at_the_matrix_file_line_and_key(site
     assert json.loads((out / "summary.json").read_text())["exit_code"] == 3
 
 
+@pytest.mark.slow
 def test_trls_grpo_trainer_as_cells(site, tmp_path):
     """examples/trl.toml (TRL installed: requirements-trl.txt): one GRPO step, patched through
     rl_kernel.integrations.trl.ExactGRPOTrainer or through TRL's own GRPOTrainer after install() (rl_kernel's fused

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from rlparity import golden
 
 from harness.factories import ROOT
@@ -29,6 +31,7 @@ def snapshot() -> dict[Path, tuple[bytes, int]]:
     return {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in GOLDEN_FILES}
 
 
+@pytest.mark.slow
 def test_checking_never_writes_a_golden_file_even_when_asked_by_env(tmp_path):
     before = snapshot()
     # the suite inside a cell (its golden test among the others), and the golden check

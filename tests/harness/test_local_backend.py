@@ -133,6 +133,7 @@ def test_cell_env_is_clean_and_carries_the_profile(monkeypatch, tmp_path):
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
+@pytest.mark.slow
 def test_run_cells_mixes_good_and_bad_cells(cpu_cell, tmp_path):
     """Two jobs: the real CPU cell passes while crashing, hanging and silent cells error; every result is on disk."""
     bad = {
@@ -197,6 +198,7 @@ def test_resume_reruns_only_unfinished_cells(cpu_cell, tmp_path):
     assert sorted(backend.calls) == sorted(c.id for c in cells.values())  # without --resume everything runs
 
 
+@pytest.mark.slow
 def test_resume_reruns_an_errored_cell_for_real(cpu_cell, tmp_path):
     """An errored real cell on disk is rerun by the real backend and replaced by its passing result."""
     results.write(results.errored(cpu_cell, "lost the machine"), results.cell_dir(tmp_path, cpu_cell))

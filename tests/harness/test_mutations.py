@@ -33,6 +33,7 @@ def test_the_representative_cells_are_the_quick_gates_cpu_cells():
     assert all(c.target == "cpu" and c.profile == "baseline" and c.placement == "single" for c in cells)
 
 
+@pytest.mark.slow
 def test_a_mutation_the_gate_catches(tmp_path):
     """Stand-in: the FMA-contracted build as 'the mutated library' (it differs from the contract's bits)."""
     from rlparity.cell.controls import build_fma_variant
@@ -48,6 +49,7 @@ def test_a_mutation_the_gate_catches(tmp_path):
     assert res.fingerprint["env"].get("RL_KERNEL_MUTATION") == "stand-in-fma"
 
 
+@pytest.mark.slow
 def test_a_mutation_that_passes_the_gate_fails_selftest(tmp_path, capsys):
     """Stand-in: the unmodified library under a mutation's name, which the gate cannot catch: exit 1."""
     code = cmd_mutations(
@@ -99,6 +101,7 @@ def test_the_equivalent_mutations_are_the_kernels():
     assert set(selftest.EQUIVALENT_MUTATIONS) <= set(build_flags.mutation_names())
 
 
+@pytest.mark.slow
 def test_an_equivalent_mutation_that_passes_is_reported_with_its_guard(tmp_path, capsys, monkeypatch):
     """No output can show max_no_nan: passing the gate is then 'equivalent' with the guard named, not a miss;
     an ordinary mutation passing is still a miss."""
@@ -110,6 +113,7 @@ def test_an_equivalent_mutation_that_passes_is_reported_with_its_guard(tmp_path,
     assert code == 0 and "equivalent" in out and "a static rule" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("CI") != "true" and not os.environ.get("RL_KERNEL_TEST_MUTATIONS"),
                     reason="builds the mutated rl_kernel and runs 20 cells (minutes): CI=true or "
                     "RL_KERNEL_TEST_MUTATIONS=1")  # fmt: skip

@@ -17,6 +17,8 @@ import pytest
 
 from harness.factories import ROOT
 
+pytestmark = pytest.mark.slow  # every test runs cells or builds in subprocesses
+
 # The package's three modules: its tier (rl_kernel.tiers), its workload (rlparity.cell.workloads) and the
 # workload's suite, written against the suite plugin's fixtures (cell, control, record, shape, params).
 TIER = """

@@ -30,6 +30,7 @@ def fma_library() -> Path:
     return lib
 
 
+@pytest.mark.slow
 def test_the_unmodified_kernel_passes_selftest(tmp_path):
     out = tmp_path / "st"
     proc = rlparity("selftest", "--only", "none", "--out", str(out), cwd=tmp_path)
@@ -39,6 +40,7 @@ def test_the_unmodified_kernel_passes_selftest(tmp_path):
     assert clean.fingerprint["rl_kernel"]["library"] != "rl_kernel_fma.so"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("control", NEGATIVE)
 def test_selftest_catches_each_negative_control_by_its_comparison(control, tmp_path, request):
     if control == "fma-build":
@@ -143,6 +145,7 @@ VACUOUS = (
 )
 
 
+@pytest.mark.slow
 def test_a_vacuous_batch_invariance_check_fails_selftest_naming_batch_variant(tmp_path):
     """In a copy of the harness whose batch-invariance comparison compares a result with itself (every
     other test stays green), selftest must fail and name batch-variant, even if another comparison

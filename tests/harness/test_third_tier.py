@@ -19,6 +19,8 @@ import pytest
 
 from harness.factories import ROOT
 
+pytestmark = pytest.mark.slow  # every test runs cells or builds in subprocesses
+
 FILES = {
     "third_tier/__init__.py": '''
         """The third tier's own operators: the exact tier's log-prob kernels, under this tier's name."""

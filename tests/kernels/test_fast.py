@@ -148,6 +148,7 @@ def test_unknown_target_is_a_clear_error() -> None:
 
 
 # ---- compile_check: the static proof ---------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS)
 def test_compile_check_target(target: str) -> None:
     need_triton()
@@ -162,6 +163,7 @@ def test_compile_check_target(target: str) -> None:
     assert all(i.startswith(family) for r in mma for i in r.instructions)
 
 
+@pytest.mark.slow
 def test_compile_check_negative_controls_are_flagged() -> None:
     need_triton()
     from rl_kernel.fast import compile_check
@@ -192,18 +194,21 @@ def _interpret(check: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_interpreter_linear() -> None:
     r = _interpret("linear")
     failed = {k: v for k, v in r.items() if v is not True}
     assert not failed, failed
 
 
+@pytest.mark.slow
 def test_interpreter_attention() -> None:
     r = _interpret("attention")
     failed = {k: v for k, v in r.items() if v is not True}
     assert not failed, failed
 
 
+@pytest.mark.slow
 def test_interpreter_fused_head() -> None:
     r = _interpret("head")
     failed = {k: v for k, v in r.items() if v is not True}

@@ -61,12 +61,14 @@ def golden(library, mutation: str | None, device: str = "cpu") -> subprocess.Com
     )
 
 
+@pytest.mark.slow
 @needs_build
 def test_unmutated_library_gives_the_golden_digests(library) -> None:
     proc = golden(library, None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @needs_build
 @pytest.mark.parametrize("mutation", SEEN)
 def test_golden_digests_see_the_mutation(library, mutation: str) -> None:
@@ -75,6 +77,7 @@ def test_golden_digests_see_the_mutation(library, mutation: str) -> None:
     assert "changed:" in proc.stdout
 
 
+@pytest.mark.slow
 @needs_build
 def test_max_no_nan_changes_no_output(library) -> None:
     """The documented exception: the NaN-dropping max is invisible in every output (the NaN reaches the sum)."""
@@ -82,6 +85,7 @@ def test_max_no_nan_changes_no_output(library) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 @needs_build
 def test_unknown_mutation_aborts(library) -> None:
     env = dict(os.environ, RL_KERNEL_LIBRARY=str(library), RL_KERNEL_MUTATION="no_such_mutation")
@@ -90,6 +94,7 @@ def test_unknown_mutation_aborts(library) -> None:
     assert proc.returncode != 0 and "unknown RL_KERNEL_MUTATION" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.gpu
 def test_gpu_golden_digests_see_the_mutations(tmp_path) -> None:
     """On a GPU: the mutated library's GPU kernels (built with --gpu) show every seen mutation too."""

@@ -135,6 +135,7 @@ def cuts_for(vocab: int, tp: int) -> dict[str, tuple[list[int], int]]:
 VOCAB_SWEEP = (72, 1000, 4099, 32003, 50257, 128256, 151936, 152064)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("vocab", VOCAB_SWEEP)
 @pytest.mark.parametrize("tp", [2, 3, 4, 8])
 def test_sweep_split_equals_single_forward_and_backward(vocab: int, tp: int) -> None:
@@ -313,6 +314,7 @@ def _rank_main(rank: int, world: int, port: int, vocab: int, widths: list[int], 
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "vocab,widths",
     [(32000, [16000, 16000]), (32000, [8000] * 4), (32003, [12000, 8000, 12008]), (151936, [19008] * 8)],

@@ -28,6 +28,7 @@ def test_the_readme_has_code_blocks_of_each_kind() -> None:
     assert {"python", "bash"} <= langs, langs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.lang == "python"], ids=lambda b: b.name)
 def test_python_block_runs(block: rc.Block, tmp_path: Path) -> None:
     assert rc.run_python(block, tmp_path) == []
@@ -110,6 +111,7 @@ def test_a_good_shell_command_passes(body: str, tmp_path: Path) -> None:
     assert rc.check_markdown(_md("bash", body), REPO, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_failing_python_block_is_reported_and_text_is_not_code(tmp_path: Path) -> None:
     assert (
         rc.check_markdown(_md("python", 'import rl_kernel\nprint(rl_kernel.tiers.get("exact").scope)'), REPO, tmp_path)
@@ -120,6 +122,7 @@ def test_a_failing_python_block_is_reported_and_text_is_not_code(tmp_path: Path)
     assert rc.check_markdown(_md("text", "rlparity run [--matrix quick|nightly]"), REPO, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_a_broken_readme_copy_is_caught(tmp_path: Path) -> None:
     """The README's own snippets, each broken in a copy: the checker names the fault."""
     broken_python = README.replace("rl_kernel.bitwise.diff(rollout", "rl_kernel.bitwise.dif(rollout", 1)
