@@ -39,7 +39,7 @@ LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 BY_KERNEL = (
     ("linear", r"gemm|cutlass(?!.*fmha)|nvjet|xmma|cublas|linear_kernel|linear_skinny|_colsum_kernel|aten::(add)?mm$"),
     ("attention fwd", r"attn_fwd|flash_fwd|fmha.*fwd|sdpa.*fwd|fprop|^attention_kernel"),
-    ("attention bwd", r"attn_bwd|bwd_delta|flash_bwd|fmha.*(bwd|dgrad)|dgrad|attention_d(q|kv)_kernel|row_grad"),
+    ("attention bwd", r"attn_bwd|bwd_delta|flash_bwd|fmha.*(bwd|dgrad)|bprop|dgrad|attention_d(q|kv)_kernel|row_grad"),
     ("rms_norm", r"rms_norm|layer_norm"),
     ("rotary", r"rotary|rope"),
     ("swiglu", r"silu"),
@@ -99,12 +99,19 @@ def context_of(event) -> list[str]:
     return names
 
 
+# The runtime call that launched a kernel (cudaLaunchKernel, cuLaunchKernelEx, hipModuleLaunchKernel, ...): the one
+# CPU event each kernel is attached to once. The op around it carries the same correlation and would count it again.
+LAUNCH = re.compile(r"^(cuda|cu|hip)\w*Launch", re.I)
+
+
 def device_times(prof, steps: int) -> dict[str, float]:
-    """Milliseconds per step per family: each kernel attributed through its name, then its launching op's context.
-    Without a GPU, the CPU ops' self time (attributed the same way)."""
+    """Milliseconds per step per family: each kernel, once (through its launch), attributed by its name, then by
+    the context of its launch. Without a GPU, the CPU ops' self time (attributed the same way)."""
     found: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if timing.gpu():
+            if not LAUNCH.match(event.name):
+                continue
             for kernel in getattr(event, "kernels", ()):
                 found[family(kernel.name, context_of(event))] += kernel.duration / 1e3 / steps
         elif event.self_cpu_time_total and not event.name.startswith(LABEL):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from triton_interpreter import interpret, shim
 
 import rl_kernel.fast as fast
 import rl_kernel.fast.configs as fast_configs
@@ -179,70 +180,28 @@ def test_compile_check_negative_controls_are_flagged() -> None:
 
 
 # ---- the Triton interpreter (a subprocess: TRITON_INTERPRET must be set before Triton is imported) -------
-def _interpret(check: str) -> dict:
-    need_triton()
-    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    out = subprocess.run(
-        [sys.executable, __file__, check],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        cwd=Path(__file__).parent,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
 def test_interpreter_linear() -> None:
-    r = _interpret("linear")
+    r = interpret(__file__, "linear")
     failed = {k: v for k, v in r.items() if v is not True}
     assert not failed, failed
 
 
 @pytest.mark.slow
 def test_interpreter_attention() -> None:
-    r = _interpret("attention")
+    r = interpret(__file__, "attention")
     failed = {k: v for k, v in r.items() if v is not True}
     assert not failed, failed
 
 
 @pytest.mark.slow
 def test_interpreter_fused_head() -> None:
-    r = _interpret("head")
+    r = interpret(__file__, "head")
     failed = {k: v for k, v in r.items() if v is not True}
     assert not failed, failed
 
 
 # ---- what the subprocess runs --------------------------------------------------------------------------
-def _shim_interpreter() -> None:
-    """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
-    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only."""
-    import numpy as np
-    import triton.language as tl
-    from triton.runtime import interpreter as it
-
-    patch_tensor = it._patch_lang_tensor
-
-    def patched(tensor, scope) -> None:
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
-
-    it._patch_lang_tensor = patched
-    create_dot = it.InterpreterBuilder.create_dot
-
-    def as_fp32(h):
-        if h.dtype.scalar == tl.bfloat16:
-            return it.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
-        return h
-
-    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return create_dot(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
-
-    it.InterpreterBuilder.create_dot = dot
-
-
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
 
@@ -383,6 +342,6 @@ def _check_head() -> dict[str, bool]:
 
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    _shim_interpreter()
+    shim()
     result = {"linear": _check_linear, "attention": _check_attention, "head": _check_head}[sys.argv[1]]()
     print(json.dumps(result))

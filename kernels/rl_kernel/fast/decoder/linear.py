@@ -173,15 +173,26 @@ def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> tor
 
 
 def grad_b_2d(dy: torch.Tensor) -> torch.Tensor:
-    m, n = dy.shape
-    out = torch.empty(n, dtype=dy.dtype, device=dy.device)
+    return colsum(dy, dy.dtype)
+
+
+def launch_options(device: torch.device) -> dict:
+    """The target's pinned compiler options (enable_fp_fusion, and HIP's), for a kernel with no tile of its own."""
+    return config_for("linear_dw", target_of(device))["launch"]
+
+
+def colsum(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """out [N] = the sum over the rows of x [M, N] in fp32 (_colsum_kernel's fixed order), rounded to out_dtype."""
+    m, n = x.shape
+    out = torch.empty(n, dtype=out_dtype, device=x.device)
     if n == 0:
         return out
     if m == 0:
         return out.zero_()
     block_n = 64
-    launch = config_for("linear_dw", target_of(dy.device))["launch"]
-    _colsum_kernel[(triton.cdiv(n, block_n),)](dy, out, m, n, BLOCK_R=32, BLOCK_N=block_n, num_warps=4, **launch)
+    _colsum_kernel[(triton.cdiv(n, block_n),)](
+        x.contiguous(), out, m, n, BLOCK_R=32, BLOCK_N=block_n, num_warps=4, **launch_options(x.device)
+    )
     return out
 
 

@@ -1,0 +1,61 @@
+"""The Triton interpreter for the fast tier's tests: a check module run as a subprocess with TRITON_INTERPRET=1 (it
+must be set before Triton is imported), which prints {check: bool} as JSON; and the interpreter's shims."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+from tooling import require
+
+
+def need_triton() -> None:
+    require("triton (pip install triton==3.6.0)", find_spec("triton") is not None, "not installed")
+
+
+def interpret(module_file: str, check: str) -> dict:
+    """Run `python module_file check` under the interpreter; its last line of output, as JSON."""
+    need_triton()
+    env = os.environ | {"TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(
+        [sys.executable, module_file, check], capture_output=True, text=True, env=env, timeout=600,
+        cwd=Path(module_file).parent,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def failed(found: dict) -> dict:
+    """The checks of an interpreter run that did not hold."""
+    return {k: v for k, v in found.items() if v is not True}
+
+
+def shim() -> None:
+    """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
+    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter as it
+
+    patch_tensor = it._patch_lang_tensor
+
+    def patched(tensor, scope) -> None:
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0]))
+
+    it._patch_lang_tensor = patched
+    create_dot = it.InterpreterBuilder.create_dot
+
+    def as_fp32(h):
+        if h.dtype.scalar == tl.bfloat16:
+            return it.TensorHandle((h.data.astype(np.uint32) << 16).view(np.float32), tl.float32)
+        return h
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return create_dot(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
+
+    it.InterpreterBuilder.create_dot = dot
