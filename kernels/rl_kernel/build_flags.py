@@ -75,9 +75,9 @@ def contract_files() -> list[Path]:
 
 
 # Contract mutations (rl_kernel.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of
-# them behind RL_MUTATED(...) points of exact/common (numerics.h, reduce.h) and the families; the one to
-# apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has no code
-# for any of them. The order and spelling must match numerics.h's mutation_from_env().
+# them behind RL_MUTATED(...) points of exact/common (numerics.h, reduce.h, warptile.cuh) and the families;
+# the one to apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has
+# no code for any of them. The order and spelling must match numerics.h's mutation_from_env().
 MUTATIONS = {
     "tree_order": "the row tree's top nodes joined left to right instead of folded from the right "
     "(on the GPU also a warp's shuffle levels in reverse)",

@@ -22,10 +22,14 @@ from tooling import require
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "kernels" / "check" / "kernels_check.py"
-sys.path.insert(0, str(CHECK.parent))
-import kernels_check  # noqa: E402
+sys.path.insert(0, str(CHECK.parent))  # kernels/check is a folder of scripts, no package
+import amd_toolchain  # noqa: E402
+import asm_rules  # noqa: E402
+import built_library  # noqa: E402
+import compile_unit  # noqa: E402
+import cuda_toolchain  # noqa: E402
 
-CLANG = kernels_check.find_clang()
+CLANG = amd_toolchain.find_clang()
 if CLANG is None and os.environ.get("CI") == "true":
     raise RuntimeError("clang++-19 is missing in CI: .ci/run must install clang-19 llvm-19 lld-19 libamdhip64-dev")
 needs_clang = pytest.mark.skipif(CLANG is None, reason="clang++-19 not installed (apt-get install clang-19)")
@@ -44,7 +48,7 @@ def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
 def test_hip_targets_clean_with_contract_flags() -> None:
     proc = run_check("--tier", "exact", "--only", "hip")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for target, _ in kernels_check.HIP_TARGETS:
+    for target, _ in amd_toolchain.HIP_TARGETS:
         assert f"{target} " in proc.stdout
     assert "FAIL" not in proc.stdout
 
@@ -70,7 +74,7 @@ def test_contracted_build_is_caught(tmp_path: Path) -> None:
     proc = run_check("--tier", "exact", "--only", "hip", "--json", str(report), extra="-ffp-contract=fast")
     assert proc.returncode == 1, proc.stdout
     assert "contracted FMA" in proc.stdout
-    assert proc.stdout.count("FAIL") == len(kernels_check.HIP_TARGETS)
+    assert proc.stdout.count("FAIL") == len(amd_toolchain.HIP_TARGETS)
     results = json.loads(report.read_text())
     for result in results if isinstance(results, list) else results["results"]:
         flagged = " ".join(v for v in result["violations"] if "contracted FMA" in v)
@@ -109,19 +113,19 @@ def test_scanners_flag_what_they_should() -> None:
         "k_exp": "v_exp_f32_e32 v1, v2",
         "k_call": "s_swappc_b64 s[30:31], s[4:5]",
     }
-    rules = {"fma": kernels_check.AMD_FMA, "math": kernels_check.AMD_VENDOR_MATH, "call": kernels_check.AMD_CALL}
-    found = kernels_check.scan(bodies, rules)
+    rules = {"fma": asm_rules.AMD_FMA, "math": asm_rules.AMD_VENDOR_MATH, "call": asm_rules.AMD_CALL}
+    found = asm_rules.scan(bodies, rules)
     assert any(f.startswith("k_fma: fma") for f in found)
     assert any(f.startswith("k_exp: math") for f in found)
     assert any(f.startswith("k_call: call") for f in found)
     assert not any(f.startswith("k_clean") for f in found)
-    assert kernels_check.PTX_FMA.search("fma.rn.f32 %f1, %f2, %f3, %f4;")
-    assert kernels_check.PTX_CONTRACTIBLE.search("mul.f32 %f1, %f2, %f3;")
-    assert not kernels_check.PTX_CONTRACTIBLE.search("mul.rn.f32 %f1, %f2, %f3;")
-    assert kernels_check.SASS_FMA.search("FFMA R1, R2, R3, R4 ;")
-    assert not kernels_check.SASS_FMA.search("HFMA2.MMA R12, -RZ, RZ, 0, 0 ;")
-    assert kernels_check.sass_calls("CALL.REL.NOINC 0x100 ;\nRET.REL.NODEC R20 0x0 ;")
-    assert not kernels_check.sass_calls("@!P0 CALL.REL.NOINC 0x18a0 ;\nEXIT ;")
+    assert asm_rules.PTX_FMA.search("fma.rn.f32 %f1, %f2, %f3, %f4;")
+    assert asm_rules.PTX_CONTRACTIBLE.search("mul.f32 %f1, %f2, %f3;")
+    assert not asm_rules.PTX_CONTRACTIBLE.search("mul.rn.f32 %f1, %f2, %f3;")
+    assert asm_rules.SASS_FMA.search("FFMA R1, R2, R3, R4 ;")
+    assert not asm_rules.SASS_FMA.search("HFMA2.MMA R12, -RZ, RZ, 0, 0 ;")
+    assert asm_rules.sass_calls("CALL.REL.NOINC 0x100 ;\nRET.REL.NODEC R20 0x0 ;")
+    assert not asm_rules.sass_calls("@!P0 CALL.REL.NOINC 0x18a0 ;\nEXIT ;")
 
 
 def test_explicit_fmas_are_told_from_contracted_ones() -> None:
@@ -129,18 +133,18 @@ def test_explicit_fmas_are_told_from_contracted_ones() -> None:
     fma there is a contraction. In SASS (no marks) a shipped kernel's count must equal the reference's."""
     ptx = "// begin inline asm\nfma.rn.f32 %f1, %f2, %f3, %f4;\n// end inline asm\nmul.rn.f32 %f5, %f1, %f1;\n"
     bodies = {"k": ptx, "c": ptx + "fma.rn.f32 %f6, %f5, %f5, %f1;\n"}
-    stripped = kernels_check.explicit_fmas(bodies, kernels_check.PTX_EXPLICIT_FMA)
-    assert kernels_check.scan({"k": stripped["k"]}, kernels_check.PTX_RULES) == []
-    assert any("contracted FMA" in f for f in kernels_check.scan({"c": stripped["c"]}, kernels_check.PTX_RULES))
+    stripped = asm_rules.explicit_fmas(bodies, asm_rules.PTX_EXPLICIT_FMA)
+    assert asm_rules.scan({"k": stripped["k"]}, asm_rules.PTX_RULES) == []
+    assert any("contracted FMA" in f for f in asm_rules.scan({"c": stripped["c"]}, asm_rules.PTX_RULES))
     amd = ";;#ASMSTART\nv_fma_f32 v1, v2, v3, v4\n;;#ASMEND\nv_fmac_f32_e32 v5, v1, v1\n"
-    stripped = kernels_check.explicit_fmas({"k": amd}, kernels_check.AMD_EXPLICIT_FMA)
+    stripped = asm_rules.explicit_fmas({"k": amd}, asm_rules.AMD_EXPLICIT_FMA)
     assert "v_fma_f32" not in stripped["k"] and "v_fmac_f32" in stripped["k"]
-    assert kernels_check.fma_counts({"k": amd}, kernels_check.AMD_FMA) == {"k": 2}
+    assert asm_rules.fma_counts({"k": amd}, asm_rules.AMD_FMA) == {"k": 2}
     sass = "FFMA R1, R2, R3, 0.5 ;\nFADD R4, R1, R1 ;\n"
-    assert kernels_check.fma_count_violations({"k": sass}, kernels_check.SASS_FMA, {"k": 1}) == []
-    more = kernels_check.fma_count_violations({"k": sass + "FFMA R5, R4, R4, R1 ;\n"}, kernels_check.SASS_FMA, {"k": 1})
+    assert asm_rules.fma_count_violations({"k": sass}, asm_rules.SASS_FMA, {"k": 1}) == []
+    more = asm_rules.fma_count_violations({"k": sass + "FFMA R5, R4, R4, R1 ;\n"}, asm_rules.SASS_FMA, {"k": 1})
     assert more and "2 FMA instructions, 1 in the contract's compile" in more[0]
-    assert kernels_check.fma_count_violations({"x": sass}, kernels_check.SASS_FMA, {})  # no reference: flagged
+    assert asm_rules.fma_count_violations({"x": sass}, asm_rules.SASS_FMA, {})  # no reference: flagged
 
 
 def test_amd_bodies_run_to_the_function_end_past_an_early_return() -> None:
@@ -149,9 +153,9 @@ def test_amd_bodies_run_to_the_function_end_past_an_early_return() -> None:
         "_Z1kv: ; @_Z1kv\n  s_cbranch_scc1 .LBB0_2\n  s_endpgm\n.LBB0_2:\n  v_fmac_f32_e32 v1, v2, v3\n"
         "  s_endpgm\n.Lfunc_end0:\n  .size _Z1kv, .Lfunc_end0-_Z1kv\n"
     )
-    bodies = kernels_check.kernel_bodies_amd(asm)
+    bodies = amd_toolchain.kernel_bodies_amd(asm)
     assert list(bodies) == ["_Z1kv"] and "v_fmac_f32" in bodies["_Z1kv"]
-    assert kernels_check.scan(bodies, kernels_check.AMD_RULES)
+    assert asm_rules.scan(bodies, asm_rules.AMD_RULES)
 
 
 # sm_80 SASS as ptxas writes it: a structured branch (0x0010 -> 0x0030, over the BRA), then the two warp
@@ -174,16 +178,16 @@ SM80_HELPERS = """
 
 
 def test_sass_calls_accept_ptxas_warp_helpers_and_flag_arithmetic_subroutines() -> None:
-    assert kernels_check.sass_calls(SM80_HELPERS) == []
+    assert asm_rules.sass_calls(SM80_HELPERS) == []
     spilled = SM80_HELPERS.replace(  # under register pressure ptxas saves a register around the shuffle
         "WARPSYNC R14 ;",
         "STL [R1+0x6bc], R0 ;\n        /*0071*/ WARPSYNC R14 ;\n        /*0072*/ LDL.LU R0, [R1+0x6bc] ;",
     )
-    assert kernels_check.sass_calls(spilled) == []
+    assert asm_rules.sass_calls(spilled) == []
     with_math = SM80_HELPERS.replace("SHFL.BFLY PT, R14, R17, R16, R15 ;", "FADD R14, R17, R16 ;")
-    assert kernels_check.sass_calls(with_math) == ["CALL.REL.NOINC 0x0060"]
+    assert asm_rules.sass_calls(with_math) == ["CALL.REL.NOINC 0x0060"]
     far = SM80_HELPERS.replace("@!P0 CALL.REL.NOINC 0x0030 ;", "@!P0 CALL.REL.NOINC 0x0040 ;")
-    assert kernels_check.sass_calls(far) == ["CALL.REL.NOINC 0x0040"]
+    assert asm_rules.sass_calls(far) == ["CALL.REL.NOINC 0x0040"]
 
 
 # ---- NaN-dropping max/min (the contract's max propagates NaN) ------------------------------------
@@ -197,7 +201,7 @@ FMAX_CUDA = """__global__ void fmax_kernel(const float* a, const float* b, float
 
 
 def test_minmax_scanners() -> None:
-    amd = kernels_check.AMD_FLOAT_MINMAX
+    amd = asm_rules.AMD_FLOAT_MINMAX
     for bad in (
         "v_max_f32_e32 v1, v2, v3",
         "v_min_f32_e64 v1, v2, v3",
@@ -217,13 +221,13 @@ def test_minmax_scanners() -> None:
         "s_max_i32 s1, s2, s3",
     ):
         assert not amd.search(ok), ok
-    assert kernels_check.PTX_FLOAT_MINMAX.search("max.f32 %f1, %f2, %f3;")
-    assert kernels_check.PTX_FLOAT_MINMAX.search("min.ftz.f32 %f1, %f2, %f3;")
-    assert not kernels_check.PTX_FLOAT_MINMAX.search("max.NaN.f32 %f1, %f2, %f3;")
-    assert not kernels_check.PTX_FLOAT_MINMAX.search("max.s32 %r1, %r2, %r3;")
-    assert kernels_check.SASS_FLOAT_MINMAX.search("FMNMX R0, R1, R2, !PT ;")
-    assert kernels_check.SASS_FLOAT_MINMAX.search("FMNMX.FTZ R0, R1, R2, PT ;")
-    assert not kernels_check.SASS_FLOAT_MINMAX.search("FMNMX.NAN R0, R1, R2, !PT ;")
+    assert asm_rules.PTX_FLOAT_MINMAX.search("max.f32 %f1, %f2, %f3;")
+    assert asm_rules.PTX_FLOAT_MINMAX.search("min.ftz.f32 %f1, %f2, %f3;")
+    assert not asm_rules.PTX_FLOAT_MINMAX.search("max.NaN.f32 %f1, %f2, %f3;")
+    assert not asm_rules.PTX_FLOAT_MINMAX.search("max.s32 %r1, %r2, %r3;")
+    assert asm_rules.SASS_FLOAT_MINMAX.search("FMNMX R0, R1, R2, !PT ;")
+    assert asm_rules.SASS_FLOAT_MINMAX.search("FMNMX.FTZ R0, R1, R2, PT ;")
+    assert not asm_rules.SASS_FLOAT_MINMAX.search("FMNMX.NAN R0, R1, R2, !PT ;")
 
 
 @needs_clang
@@ -231,7 +235,7 @@ def test_fmaxf_kernel_is_caught_on_amd(tmp_path: Path) -> None:
     """Negative control: a kernel using fmaxf, compiled the way the exact kernels are, is flagged."""
     src = tmp_path / "fmax.cu"
     src.write_text(FMAX_HIP)
-    r = kernels_check.check_hip(CLANG, "gfx942", ["--offload-arch=gfx942"], [], tmp_path, src)
+    r = amd_toolchain.check_hip(CLANG, "gfx942", ["--offload-arch=gfx942"], [], tmp_path, src)
     assert r.kernels == 1, r
     # The max is the only violation: without the max/min rule this kernel would pass.
     assert not r.ok and all("NaN-dropping max/min" in v for v in r.violations), r
@@ -241,7 +245,7 @@ def test_fmaxf_kernel_is_caught_on_amd(tmp_path: Path) -> None:
 def test_fmaxf_kernel_is_caught_in_ptx(tmp_path: Path) -> None:
     src = tmp_path / "fmax.cu"
     src.write_text(FMAX_CUDA)
-    results = kernels_check.check_cuda("sm_90", ["-arch=sm_90"], [], tmp_path, src)
+    results = cuda_toolchain.check_cuda("sm_90", ["-arch=sm_90"], [], tmp_path, src)
     ptx = next(r for r in results if r.target.endswith("-ptx"))
     assert not ptx.ok and any("NaN-dropping max/min" in v for v in ptx.violations), ptx
 
@@ -252,9 +256,9 @@ HIP_ARCHS = ["gfx942", "gfx90a"]
 
 def test_bundle_round_trip() -> None:
     entries = [("hipv4-amdgcn-amd-amdhsa--gfx942", b"\x7fELF" + b"a" * 100), ("hipv4-amdgcn-amd-amdhsa--gfx90a", b"b")]
-    blob = kernels_check.write_bundle(entries)
+    blob = built_library.write_bundle(entries)
     two = blob + b"\0" * 7 + blob  # a section holds one bundle per translation unit
-    got = kernels_check.unbundle(two)
+    got = built_library.unbundle(two)
     assert [t for t, _ in got] == ["host-x86_64-unknown-linux-gnu-", *(t for t, _ in entries)] * 2
     assert [c for _, c in got][1:3] == [c for _, c in entries]
 
@@ -263,14 +267,14 @@ def test_bundle_round_trip() -> None:
 def test_built_hip_object_clean_and_contracted_caught(tmp_path: Path) -> None:
     """--built on a host object that embeds the exact kernels' AMD code objects (.hip_fatbin) for two
     targets: clean with the contract's flags; with -ffp-contract=fast it fails (contracted FMA)."""
-    unit = kernels_check.write_unit(tmp_path)
-    good = kernels_check.build_hip_fat_object(unit, HIP_ARCHS, tmp_path / "good.o")
+    unit = compile_unit.write_unit(tmp_path)
+    good = built_library.build_hip_fat_object(unit, HIP_ARCHS, tmp_path / "good.o")
     proc = run_check("--built", str(good))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for arch in HIP_ARCHS:
         assert re.search(rf"built-{arch}\s+\S+\s+\d+ kernels\s+ok", proc.stdout), proc.stdout
     assert "FAIL" not in proc.stdout
-    bad = kernels_check.build_hip_fat_object(unit, HIP_ARCHS[:1], tmp_path / "bad.o", ["-ffp-contract=fast"])
+    bad = built_library.build_hip_fat_object(unit, HIP_ARCHS[:1], tmp_path / "bad.o", ["-ffp-contract=fast"])
     proc = run_check("--built", str(bad))
     assert proc.returncode == 1, proc.stdout
     assert "contracted FMA" in proc.stdout and "FAIL" in proc.stdout
@@ -290,8 +294,8 @@ def test_built_rejects_a_library_without_device_code(tmp_path: Path) -> None:
 def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
     """--built on an nvcc host object of the exact kernels for sm_90 (its .nv_fatbin, through cuobjdump -sass):
     clean with --fmad=false; with --fmad=true it fails (FFMA)."""
-    unit = kernels_check.write_unit(tmp_path)
-    flags = [f for f in kernels_check.build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
+    unit = compile_unit.write_unit(tmp_path)
+    flags = [f for f in compile_unit.build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
     for fmad, want in (("false", 0), ("true", 1)):
         obj = tmp_path / f"k-{fmad}.o"
         proc = subprocess.run(

@@ -23,7 +23,7 @@ from rl_kernel._library import ops, register_fake
 from rl_kernel._validate import DTYPES, check_logits, check_same_device, check_same_dtype, check_tensor, compiling
 
 FAMILY = "decoder"
-ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder.cuh RL_ATTN_TILE)
+ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder/attention.cuh RL_ATTN_TILE)
 MAX_HEAD_DIM = 256
 
 
