@@ -61,12 +61,14 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
 
 
-def _check_backward() -> dict[str, bool]:
+def _check_backward(device: str = "cpu") -> dict[str, bool]:
+    """The checks, on the CPU under the interpreter or (`backward-gpu`) on this machine's GPU."""
     res = {}
+    shapes = ((37, 64), (5, 2048), (40, 96)) + (((8192, 2048), (131072, 128)) if device != "cpu" else ())
     for dtype in (torch.bfloat16, torch.float16):
-        for rows, h in ((37, 64), (5, 2048), (40, 96)):  # 96: a row narrower than its power-of-two block
+        for rows, h in shapes:  # 96: a row narrower than its power-of-two block; then the 1.7B model's norms
             name = f"{str(dtype)[6:]} {rows}x{h}"
-            x, w, dy = _case(dtype, rows, h)
+            x, w, dy = (t.to(device) for t in _case(dtype, rows, h))
             y, dx, dw = _grads(norm.rms_norm, x, w, dy)
             res[f"{name}: forward == exact tier (bits)"] = _same(y, exact_rms_norm(x, w, EPS))
             xd, wd = x.double().requires_grad_(), w.double().requires_grad_()
@@ -79,7 +81,7 @@ def _check_backward() -> dict[str, bool]:
             cut = rows // 2 + 1  # a row alone, or in another block of rows, has the same dx
             _, part, _ = _grads(norm.rms_norm, x[cut:], w, dy[cut:])
             res[f"{name}: dx rows alone == in the batch (bits)"] = _same(part, dx[cut:])
-    x, w, dy = _case(torch.bfloat16, 40, 64)
+    x, w, dy = (t.to(device) for t in _case(torch.bfloat16, 40, 64))
     _, dx3, _ = _grads(norm.rms_norm, x.view(5, 8, 64), w, dy.view(5, 8, 64))
     _, dx, _ = _grads(norm.rms_norm, x, w, dy)
     res["leading dimensions: the same bits"] = _same(dx3.view(40, 64), dx)
@@ -87,8 +89,11 @@ def _check_backward() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    shim()
     import json
 
+    if sys.argv[1] == "backward-gpu":  # on a GPU machine: python tests/kernels/test_fast_norm.py backward-gpu
+        print(json.dumps(_check_backward("cuda")))
+        sys.exit(0)
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
+    shim()
     print(json.dumps({"backward": _check_backward}[sys.argv[1]]()))

@@ -14,7 +14,7 @@ namespace rl {
 constexpr int RL_BLOCK = 256;  // threads of a block, one row (or one node of a row) per block
 
 // Blocks per multiprocessor the compiler must fit (caps registers: 64 per thread at 4, measured best on
-// the H200 of 1, 4; bench/tune_h200.sh); tuning only.
+// the H200 of 1, 4; bench/gpu_round.sh tune); tuning only.
 #ifndef RL_MIN_BLOCKS
 #define RL_MIN_BLOCKS 4
 #endif
