@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 from asm_rules import AMD_EXPLICIT_FMA, AMD_FMA, AMD_RULES, explicit_fmas, fma_counts, scan
-from compile_unit import TargetResult, build_flags, run, write_unit
+from compile_unit import TargetResult, build_flags, compile_cached, write_unit
 
 # (name, extra clang flags). gfx1100 builds wave32 by default; -mwavefrontsize64 switches.
 HIP_TARGETS = [
@@ -69,7 +69,7 @@ def check_hip(
         "-o",
         str(out),
     ]
-    proc = run(cmd)
+    proc = compile_cached(cmd, source, out)
     if proc.returncode != 0:
         return TargetResult(target, clang, False, error=proc.stderr.strip()[-2000:])
     bodies = explicit_fmas(kernel_bodies_amd(out.read_text()), AMD_EXPLICIT_FMA)
@@ -88,8 +88,9 @@ def reference_fmas_hip(mcpu: str, tmp: Path) -> dict[str, int] | str:
     if clang is None:
         return "clang++-19 is needed to count the FMAs the source writes"
     asm = tmp / f"reference-{mcpu}.s"
-    cmd = [clang, "-x", "hip", f"--offload-arch={mcpu}", "--rocm-path=/usr", "-nogpulib", "--cuda-device-only"]
-    proc = run([*cmd, "-S", *build_flags.HIP_FLAGS, str(write_unit(tmp)), "-o", str(asm)])
+    unit = write_unit(tmp)
+    cmd = [clang, "-x", "hip", f"--offload-arch={mcpu}", "--rocm-path=/usr", "-nogpulib", "--cuda-device-only", "-S"]
+    proc = compile_cached([*cmd, *build_flags.HIP_FLAGS, str(unit), "-o", str(asm)], unit, asm)
     if proc.returncode != 0:
         return proc.stderr.strip()[-1500:] or "clang failed"
     return fma_counts(kernel_bodies_amd(asm.read_text()), AMD_FMA)

@@ -1,9 +1,13 @@
 """What every toolchain's check of kernels_check shares: the contract's flags (build_flags, imported by path: pure
-Python, no extension needed), the translation unit each target compiles, how a tool is run and the result of one
-target."""
+Python, no extension needed), the translation unit each target compiles, how a tool is run (a compile through a
+cache) and the result of one target."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -26,6 +30,36 @@ class TargetResult:
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def cache_dir() -> Path:
+    """Where compiles are kept ($RL_KERNEL_CHECK_CACHE, else ~/.cache/rl_kernel/kernels-check)."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rl_kernel" / "kernels-check"
+    return Path(os.environ.get("RL_KERNEL_CHECK_CACHE") or default)
+
+
+def compile_cached(cmd: list[str], source: Path, out: Path) -> subprocess.CompletedProcess:
+    """Run a compile of `source` into `out` once per (command, the source's text, every contract file's text): the
+    same compile asked again (another target's reference count, another test, another run) copies the kept output.
+    Paths are left out of the key (each run writes its unit in a temporary folder); a per-key lock makes concurrent
+    callers (xdist workers) wait for the one compile. A failed compile is never kept."""
+    key = hashlib.sha256()
+    for arg in cmd:
+        key.update((arg if arg not in (str(source), str(out)) else "<path>").encode() + b"\0")
+    for path in [source, *build_flags.contract_files()]:
+        key.update(path.read_bytes())
+    entry = cache_dir() / key.hexdigest()[:24]
+    entry.mkdir(parents=True, exist_ok=True)
+    kept = entry / "output"
+    with open(entry / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if kept.is_file():
+            shutil.copyfile(kept, out)
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        proc = run(cmd)
+        if proc.returncode == 0 and out.is_file():
+            shutil.copyfile(out, kept)
+        return proc
 
 
 def write_unit(tmp: Path) -> Path:

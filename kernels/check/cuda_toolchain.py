@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from asm_rules import (
@@ -19,7 +20,7 @@ from asm_rules import (
     sass_calls,
     scan,
 )
-from compile_unit import TargetResult, build_flags, run, write_unit
+from compile_unit import TargetResult, build_flags, compile_cached, run, write_unit
 
 CUDA_TARGETS = [("sm_90", ["-arch=sm_90"]), ("sm_80", ["-arch=sm_80"])]
 
@@ -37,7 +38,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     fmad = [f for f in nvcc_extra if f.startswith("--fmad")] or ["--fmad=false"]
     nvcc_extra = [f for f in nvcc_extra if not f.startswith("--fmad")]
     cmd = ["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-ptx", str(source), "-o", str(ptx)]
-    proc = run(cmd)
+    proc = compile_cached(cmd, source, ptx)
     if proc.returncode != 0:
         return [TargetResult(target, "nvcc", False, error=proc.stderr.strip()[-2000:])]
     bodies = explicit_fmas(ptx_bodies(ptx.read_text()), PTX_EXPLICIT_FMA)
@@ -45,7 +46,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     results = [TargetResult(f"{target}-ptx", "nvcc", bool(bodies) and not violations, len(bodies), violations)]
     if shutil.which("cuobjdump"):
         cubin = tmp / f"{target}.cubin"
-        proc = run(["nvcc", *arch_flags, *flags, *fmad, *nvcc_extra, "-cubin", str(source), "-o", str(cubin)])
+        proc = assemble(ptx, arch_flags, fmad, cubin)
         sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
         sbodies = sass_bodies(sass)
         sv = scan_sass(sbodies)
@@ -60,6 +61,13 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
             )
         )
     return results
+
+
+def assemble(ptx: Path, arch_flags: list[str], fmad: list[str], cubin: Path) -> subprocess.CompletedProcess:
+    """The PTX's SASS: ptxas with nvcc's own choices (the arch, --fmad: ptxas too may contract a mul and an add),
+    what `nvcc -cubin` runs after the same front end (the same SASS, without compiling the source twice)."""
+    arch = next(f.split("=", 1)[1] for f in arch_flags if f.startswith("-arch="))
+    return compile_cached(["ptxas", f"-arch={arch}", *fmad, str(ptx), "-o", str(cubin)], ptx, cubin)
 
 
 def sass_bodies(sass: str) -> dict[str, str]:
@@ -79,9 +87,14 @@ def scan_sass(bodies: dict[str, str], reference: dict[str, int] | None = None) -
 def reference_fmas_cuda(arch: str, tmp: Path) -> dict[str, int] | str:
     """{kernel: FMA instructions} of the exact kernels compiled for arch with the contract's flags (SASS), the
     reference a shipped library's SASS is held to; or the compile error."""
-    cubin = tmp / f"reference-{arch}.cubin"
+    ptx, cubin = tmp / f"reference-{arch}.ptx", tmp / f"reference-{arch}.cubin"
     flags = [f for f in build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
-    proc = run(["nvcc", f"-arch={arch}", *flags, "--fmad=false", "-cubin", str(write_unit(tmp)), "-o", str(cubin)])
+    unit = write_unit(tmp)
+    proc = compile_cached(
+        ["nvcc", f"-arch={arch}", *flags, "--fmad=false", "-ptx", str(unit), "-o", str(ptx)], unit, ptx
+    )
+    if proc.returncode == 0:
+        proc = assemble(ptx, [f"-arch={arch}"], ["--fmad=false"], cubin)
     if proc.returncode != 0:
         return proc.stderr.strip()[-1500:] or "nvcc failed"
     return fma_counts(sass_bodies(run(["cuobjdump", "-sass", str(cubin)]).stdout), SASS_FMA)

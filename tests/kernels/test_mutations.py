@@ -25,7 +25,7 @@ needs_build = pytest.mark.skipif(not RUN, reason="set RL_KERNEL_TEST_MUTATIONS=1
 
 def test_mutation_names_match_the_headers() -> None:
     """build_flags.mutation_names() is the list numerics.h's mutation_from_env() accepts, in its order."""
-    text = (build_flags.CSRC / "common" / "numerics.h").read_text()
+    text = (build_flags.PACKAGE / "exact" / "common" / "numerics.h").read_text()
     start = text.index("static const char* const names[]")
     listed = text[start : text.index("};", start)]
     names = [w.strip().strip('"') for w in listed.split("{", 1)[1].split(",")]
