@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 
 import torch
@@ -99,21 +99,23 @@ def context_of(event) -> list[str]:
     return names
 
 
-# The runtime call that launched a kernel (cudaLaunchKernel, cuLaunchKernelEx, hipModuleLaunchKernel, ...): the one
-# CPU event each kernel is attached to once. The op around it carries the same correlation and would count it again.
-LAUNCH = re.compile(r"^(cuda|cu|hip)\w*Launch", re.I)
+def own_kernels(event) -> Counter:
+    """The kernels an op launched itself: its kernels less its children's (an op's list also holds what the ops
+    inside it launched; counted there, they would count twice)."""
+    mine = Counter((k.name, k.duration) for k in getattr(event, "kernels", ()))
+    for child in event.cpu_children:
+        mine -= Counter((k.name, k.duration) for k in getattr(child, "kernels", ()))
+    return mine
 
 
 def device_times(prof, steps: int) -> dict[str, float]:
-    """Milliseconds per step per family: each kernel, once (through its launch), attributed by its name, then by
-    the context of its launch. Without a GPU, the CPU ops' self time (attributed the same way)."""
+    """Milliseconds per step per family: each kernel, once (with the op that launched it), attributed by its name,
+    then by that op's context. Without a GPU, the CPU ops' self time (attributed the same way)."""
     found: dict[str, float] = defaultdict(float)
     for event in prof.events():
         if timing.gpu():
-            if not LAUNCH.match(event.name):
-                continue
-            for kernel in getattr(event, "kernels", ()):
-                found[family(kernel.name, context_of(event))] += kernel.duration / 1e3 / steps
+            for (name, duration), count in own_kernels(event).items():
+                found[family(name, context_of(event))] += count * duration / 1e3 / steps
         elif event.self_cpu_time_total and not event.name.startswith(LABEL):
             found[family(event.name, context_of(event))] += event.self_cpu_time_total / 1e3 / steps
     return dict(found)
