@@ -11,7 +11,7 @@ tiers) and each tier's unfused path (head.unfused: the logits materialised), sto
 log_softmax + gather + entropy), and Liger's fused linear cross-entropy (where liger-kernel is installed; it
 gives the loss, not per-token log-probs, and no entropy). Before timing, the bit checks the head promises:
 fused == unfused log-probs, entropy and dWeight, per tier, and dHidden run to run (integer views of the bits).
---kernels also prints each contender's device time per kernel (torch.profiler), the largest first: where a head's
+--kernels also prints each contender's device time per kernel (bench.timing.kernels), the largest first: where a head's
 time goes.
 """
 

@@ -6,7 +6,7 @@
 One training step (model_step.train_step: forward over --train-batch x --train-len tokens with autograd, token
 log-probs, the GRPO loss, backward, AdamW) of three contenders on the same weights: stock transformers, the fast tier
 with the unfused head (the logits, then rl_kernel.token_logprobs) and the fast tier through the fused head
-(rl_kernel.lm_head_logprobs). Each runs one warm-up step, then --steps steps under torch.profiler; every device
+(rl_kernel.lm_head_logprobs). Each runs one warm-up step, then --steps steps profiled (bench.timing.trace); every device
 kernel's time is put in a family:
   1. by the kernel's name (GEMMs of cuBLAS or the fast tier's Triton linear, attention forward / backward, the exact
      tier's RMSNorm, rotary, SwiGLU and log-prob kernels, the optimizer's foreach kernels);
@@ -125,14 +125,8 @@ def profile(step: Callable[[], None], model: nn.Module, steps: int) -> dict[str,
     step()  # warm-up (Triton compiles, cuBLAS handles, the allocator)
     timing.sync()
     handles = hook_modules(model)
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if timing.gpu():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
     try:
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(steps):
-                step()
-            timing.sync()
+        prof = timing.trace(step, steps)
     finally:
         for h in handles:
             h.remove()

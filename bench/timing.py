@@ -130,3 +130,16 @@ def kernels(fn: Callable[[], object], reps: int = 50) -> dict[str, float]:
         if t > 0:
             out[e.key[:90]] = t * 1e-6 / reps
     return out
+
+
+def trace(fn: Callable[[], object], calls: int = 1):
+    """torch.profiler over `calls` calls of fn (the CPU's ops, and the device's kernels where there is a GPU), synced
+    at the end; the profile, for a benchmark that attributes kernels itself (profile_step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu() else [])
+    with profile(activities=activities) as prof:
+        for _ in range(calls):
+            fn()
+        sync()
+    return prof

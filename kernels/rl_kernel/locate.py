@@ -104,8 +104,11 @@ def _positive(text: str) -> int:
     return value
 
 
+EPILOG = "Exit 0: the paths agree bit for bit; 1: they differ; 3: bad arguments; 2: a crash (pydoc rl_kernel.locate)."
+
+
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m rl_kernel.locate", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = _Parser(prog="python -m rl_kernel.locate", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument("--family", choices=FAMILIES, default="qwen3")
     p.add_argument("--layers", type=_positive, default=2)
     p.add_argument("--hidden", type=_positive, default=64)
@@ -114,23 +117,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
     p.add_argument("--tier", default="exact", help="stock (unpatched) or an rl_kernel tier: exact, fast")
     p.add_argument("--batch", type=_positive, default=4)
-    p.add_argument(
-        "--prompt", type=_positive, default=8, help="prompt width (rows are 2 .. PROMPT tokens, left padded)"
-    )
+    p.add_argument("--prompt", type=_positive, default=8, help="rows of 2 .. PROMPT tokens, left padded")
     p.add_argument("--new", type=_positive, default=4, help="decode steps compared")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--model",
         metavar="PKG.MODULE:FACTORY",
-        help="a factory (no arguments) returning a model with Hugging Face's KV-cache calling convention, "
-        "or a tuple (run_a, run_b, model[, locate_paths keyword arguments]) for locate_paths",
+        help="a factory returning a model (Hugging Face's KV-cache convention) or (run_a, run_b, model[, kwargs])",
     )
     p.add_argument(
         "--scored",
         action="store_true",
-        help="compare the positions whose logits score the completion (the prefill's last, then the decode steps "
-        "but the last) instead of the decode positions",
+        help="compare the positions whose logits score the completion, not the decode positions",
     )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     return p

@@ -23,7 +23,6 @@ from rl_kernel.exact.decoder.ops import (
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.exact.softmax.ops import (
     BitwiseLogSoftmax,
-    divide_by_temperature,
     entropy,
     log_softmax,
     log_softmax_backward,
@@ -34,7 +33,6 @@ from rl_kernel.exact.softmax.ops import (
 __all__ = [
     "BitwiseLogSoftmax",
     "attention",
-    "divide_by_temperature",
     "embedding",
     "entropy",
     "gumbel_argmax",
@@ -50,5 +48,5 @@ __all__ = [
     "silu_mul",
     "token_logprobs",
 ]
-# The tier's operators (tier.py): every function above but the helpers.
-OPERATORS = tuple(n for n in __all__ if n not in ("BitwiseLogSoftmax", "divide_by_temperature"))
+# The tier's operators (tier.py): every function above but the autograd class.
+OPERATORS = tuple(n for n in __all__ if n != "BitwiseLogSoftmax")
