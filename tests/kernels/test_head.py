@@ -228,6 +228,7 @@ def peak_bytes(fn) -> int:
     return tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
 
 
+@pytest.mark.slow
 def test_peak_memory_is_an_eighth_of_the_logits() -> None:
     """Training (forward + backward) at a 151936 vocabulary: the fused head's peak, dWeight included, stays under
     1/8 of the [rows, vocab] bf16 logits it never makes; the unfused path (the control) holds them."""

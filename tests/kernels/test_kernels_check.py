@@ -44,6 +44,7 @@ def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(CHECK), *args], capture_output=True, text=True, env=env, check=False)
 
 
+@pytest.mark.slow
 @needs_clang
 def test_hip_targets_clean_with_contract_flags() -> None:
     proc = run_check("--tier", "exact", "--only", "hip")
@@ -68,6 +69,7 @@ CONTRACTIBLE = {
 }
 
 
+@pytest.mark.slow
 @needs_clang
 def test_contracted_build_is_caught(tmp_path: Path) -> None:
     report = tmp_path / "bad.json"
@@ -83,6 +85,7 @@ def test_contracted_build_is_caught(tmp_path: Path) -> None:
                 assert f"{len(kernel)}{kernel}" in flagged, f"{result['target']}: {family}'s {kernel} not flagged"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_ptx_clean_and_negative_control() -> None:
     assert run_check("--tier", "exact", "--only", "cuda").returncode == 0
@@ -90,6 +93,7 @@ def test_cuda_ptx_clean_and_negative_control() -> None:
     assert bad.returncode == 1 and "contracted FMA" in bad.stdout
 
 
+@pytest.mark.slow
 def test_each_tier_is_scanned_by_its_own_rules() -> None:
     """The fast tier's scan (its descriptor's `scan`: compile_check's Triton compiles) runs under kernels_check, a
     row per target plus its negative controls; an unknown tier is refused."""
@@ -263,6 +267,7 @@ def test_bundle_round_trip() -> None:
     assert [c for _, c in got][1:3] == [c for _, c in entries]
 
 
+@pytest.mark.slow
 @needs_clang
 def test_built_hip_object_clean_and_contracted_caught(tmp_path: Path) -> None:
     """--built on a host object that embeds the exact kernels' AMD code objects (.hip_fatbin) for two
@@ -290,6 +295,7 @@ def test_built_rejects_a_library_without_device_code(tmp_path: Path) -> None:
     assert "no .hip_fatbin or .nv_fatbin section" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("cuobjdump") is None, reason="nvcc/cuobjdump missing")
 def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
     """--built on an nvcc host object of the exact kernels for sm_90 (its .nv_fatbin, through cuobjdump -sass):
