@@ -12,6 +12,7 @@ tests/kernels/test_mutations.py proves. `rlparity selftest --mutations` uses bui
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -58,9 +59,15 @@ def build_variant(kind: str, name: str, spec: dict, cache: Path | None = None) -
     key = hashlib.sha256(text + json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
     out = (default_cache() if cache is None else Path(cache)) / f"{kind}-{key}"
     lib = out / f"{name}.so"
-    if lib.exists():
-        return lib
     out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:  # one build per key, however many processes ask at once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not lib.exists():
+            _compile(name, spec, out, lib)
+    return lib
+
+
+def _compile(name: str, spec: dict, out: Path, lib: Path) -> None:
     code = (
         "import json, sys, torch.utils.cpp_extension as E; s = json.loads(sys.argv[1]); "
         "E.load(name=sys.argv[3], sources=s['sources'], extra_cflags=s['cxx'], "
@@ -71,7 +78,6 @@ def build_variant(kind: str, name: str, spec: dict, cache: Path | None = None) -
     )
     if proc.returncode != 0 or not lib.exists():
         raise RuntimeError(f"building {name} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return lib
 
 
 def env(library: Path, mutation: str | None) -> dict[str, str]:

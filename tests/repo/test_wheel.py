@@ -5,8 +5,9 @@ working tree, CPU only (RL_KERNEL_BUILD=cpu), so no earlier build's leftovers in
 package data forgot. The venv gets the pinned CPU torch (torch==2.13.0: the local wheel PIP_FIND_LINKS
 names; never a CUDA build), then the wheel alone: rl_kernel imports and none of the harness's dependencies
 are installed; then the wheel's `harness` extra, and `rlparity run --matrix quick` on the CPU baseline
-single-device cells (a subset: the other quick cells differ in env profile or placement, not in what the
-package must ship) passes: the cells compare with the golden digests shipped in the wheel.
+single-device fp32 cells, one per workload (a subset: the other quick cells differ in dtype, env profile or
+placement, not in what the package must ship) passes: the cells compare with the golden digests shipped in the
+wheel; and the fast tier's cells are found and skipped for want of a GPU.
 
 With CI=true a failure to build or install fails; elsewhere, where pip cannot reach an index, it skips.
 """
@@ -33,6 +34,7 @@ from tooling import require
 ROOT = config.REPO
 TORCH = "torch==2.13.0"  # requirements-cpu.txt's pin
 SUBSET = "target=cpu profile=baseline placement=single"
+RUN = f"{SUBSET} dtype=fp32"  # the cells that run: one of each workload (quick, edges, model)
 HARNESS_ONLY = ("rich", "junitparser", "docker", "matplotlib", "pytest", "transformers")
 
 pytestmark = pytest.mark.slow
@@ -118,7 +120,9 @@ def test_the_wheel_ships_the_data_and_its_core_needs_no_harness(wheel):
     for data in ("data/matrices/quick.toml", "data/matrices/axes.toml", "data/images.toml", "data/golden/exact.json",
                  "cell/suite/pytest.ini", "cell/suite/test_bitwise.py"):  # fmt: skip
         assert f"rlparity/{data}" in names, f"{data} is not in the wheel"
-    assert "rl_kernel/golden/exact/softmax.json" in names and "rl_kernel/_build.json" in names
+    for tier_data in ("exact/softmax/golden.json", "exact/common/numerics.h", "fast/decoder/golden/sm_90.json",
+                      "fast/configs.toml", "_build.json"):  # fmt: skip
+        assert f"rl_kernel/{tier_data}" in names, f"{tier_data} is not in the wheel"
     assert any(n.startswith("rl_kernel/_C") and n.endswith(".so") for n in names)
     assert meta["License-Expression"] == "Apache-2.0"
     requires = meta.get_all("Requires-Dist")
@@ -146,15 +150,19 @@ def test_the_wheel_runs_the_quick_matrix_from_another_directory(wheel, core_venv
     # The harness extra, then the quick matrix's CPU baseline cells from a directory that is not the checkout.
     _pip(venv, f"{wheel}[harness]", what="the harness extra's dependencies (rich, junitparser, pytest)")
     out = tmp_path / "out"
-    cmd = [str(venv / "bin/rlparity"), "run", "--matrix", "quick", "--filter", SUBSET, "--out", str(out)]
+    cmd = [str(venv / "bin/rlparity"), "run", "--matrix", "quick", "--filter", RUN, "--out", str(out)]
     proc = _run(cmd, cwd=cwd)
     assert proc.returncode == 0, _tail(proc)
-    every = [json.loads(p.read_text()) for p in sorted(out.rglob("result.json"))]
+    found = [json.loads(p.read_text()) for p in sorted(out.rglob("result.json"))]
+    assert sorted(r["cell"]["shapes"] for r in found) == ["edges", "model", "quick"], _tail(proc)
     # The wheel carries the fast tier too: its cpu cells are found and skipped for want of a GPU.
-    fast = [r for r in every if r["cell"]["tier"] == "fast"]
+    skip = tmp_path / "fast"
+    cmd = [str(venv / "bin/rlparity"), "run", "--matrix", "quick", "--filter", f"{SUBSET} tier=fast"]
+    cmd += ["--out", str(skip), "--min-ran", "0"]
+    proc = _run(cmd, cwd=cwd)
+    assert proc.returncode == 0, _tail(proc)
+    fast = [json.loads(p.read_text()) for p in sorted(skip.rglob("result.json"))]
     assert len(fast) == 3 and all(r["status"] == "skipped" and r["reason"].startswith("no GPU") for r in fast)
-    found = [r for r in every if r["cell"]["tier"] == "exact"]
-    assert len(found) == 9, _tail(proc)  # quick: fp32, bf16 (axes) + fp16 (include); edges, model: one per dtype
     for res in found:
         assert res["status"] == "passed", res.get("reason")
         golden = [c for c in res["comparisons"] if " golden " in c["name"]]
