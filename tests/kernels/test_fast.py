@@ -217,6 +217,21 @@ def _check_linear() -> dict[str, bool]:
     ref = x.double() @ w.double().t() + b.double()
     res = {"fwd vs float64 within bf16 rounding": bool(((y.double() - ref).abs() <= ref.abs() * 2**-7 + 1e-3).all())}
     res["fwd M=1,7,200 rows == M=300 rows (bits)"] = all(_same(fast.linear(x[:r], w, b), y[:r]) for r in (1, 7, 200))
+    # BLOCK_K is pinned per (N, K), never per M: the unrounded fp32 accumulator of a row is the same at M = 1, 7, 200
+    # and in the M = 300 launch (another M bucket), forward and dX. (A bf16 output's rounding can hide a K order.)
+    def acc(rows: torch.Tensor) -> torch.Tensor:
+        cfg = fast_configs.config_for("linear", "sm_90", m=rows.shape[0], n=n, k=k)
+        return lin._launch_gemm(rows, (w.stride(1), w.stride(0)), w, n, cfg, None, out_dtype=torch.float32)
+
+    full, dy = acc(x), torch.randn(m, n, generator=g).bfloat16()
+    dfull = lin.grad_x_2d(dy, w, out_dtype=torch.float32)
+    res["fp32 accumulator: fwd rows at M=1,7,200 == at M=300 (bits)"] = all(
+        torch.equal(acc(x[:r]).view(torch.int32), full[:r].view(torch.int32)) for r in (1, 7, 200)
+    )
+    res["fp32 accumulator: dX rows at M=1,7,200 == at M=300 (bits)"] = all(
+        torch.equal(lin.grad_x_2d(dy[:r], w, out_dtype=torch.float32).view(torch.int32), dfull[:r].view(torch.int32))
+        for r in (1, 7, 200)
+    )
     res["fwd leading dims [3, 100, K]"] = _same(fast.linear(x.view(3, 100, k), w, b).view(m, n), y)
     res["fwd non-contiguous x"] = _same(fast.linear(x.t().contiguous().t(), w, b), y)
     dy = torch.randn(m, n, generator=g).bfloat16()

@@ -138,6 +138,27 @@ def test_dhidden_is_one_rounding_of_the_chunks_fp32_sum() -> None:
     assert bool((err <= 0.5 * ulp + exact.abs() * 2**-20 + 2**-133).all()), float((err / ulp).max())
 
 
+def test_dhidden_adds_the_chunks_partials_left_to_right() -> None:
+    """fp32, 5 chunks: dHidden is bit for bit 0 + p0 + p1 + ... + p4, each p_c the exact linear kernel's fp32 product
+    of chunk c's logit gradient and weight rows, added in column order (numerics.md 12.3). In fp32 no final rounding
+    hides the order: the chunks added right to left (or as a tree) give other bits."""
+    h, w, tok = case(9, 24, 40, torch.float32, seed=21)
+    dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
+    logits = rl_kernel.linear(h, w).requires_grad_()
+    g = torch.Generator().manual_seed(7)
+    a, b = torch.randn(9, generator=g), torch.randn(9, generator=g)
+    ((rl_kernel.token_logprobs(logits, tok) * a).sum() + (rl_kernel.entropy(logits) * b).sum()).backward()
+    parts = [rl_kernel.linear(logits.grad[:, c : c + 8], w[c : c + 8].t().contiguous()) for c in range(0, 40, 8)]
+    left_to_right = torch.zeros_like(dh)
+    for p in parts:
+        left_to_right = left_to_right + p
+    assert_bits(dh, left_to_right, "dHidden: the chunks' fp32 partials added left to right")
+    right_to_left = torch.zeros_like(dh)
+    for p in reversed(parts):
+        right_to_left = right_to_left + p
+    assert not bits_equal(left_to_right, right_to_left), "the case cannot tell the order: pick another seed"
+
+
 def test_only_the_used_output_has_a_gradient() -> None:
     """An unused entropy output takes no part in the backward: dWeight is that of the log-probs alone."""
     h, w, tok = case(5, 16, 300, torch.bfloat16, seed=2)
