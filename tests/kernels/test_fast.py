@@ -217,6 +217,7 @@ def _check_linear() -> dict[str, bool]:
     ref = x.double() @ w.double().t() + b.double()
     res = {"fwd vs float64 within bf16 rounding": bool(((y.double() - ref).abs() <= ref.abs() * 2**-7 + 1e-3).all())}
     res["fwd M=1,7,200 rows == M=300 rows (bits)"] = all(_same(fast.linear(x[:r], w, b), y[:r]) for r in (1, 7, 200))
+
     # BLOCK_K is pinned per (N, K), never per M: the unrounded fp32 accumulator of a row is the same at M = 1, 7, 200
     # and in the M = 300 launch (another M bucket), forward and dX. (A bf16 output's rounding can hide a K order.)
     def acc(rows: torch.Tensor) -> torch.Tensor:
