@@ -84,7 +84,7 @@ TRL_TESTS := tests/integrations/test_trl.py tests/harness/test_engines.py::test_
 # All tests, then the Hugging Face integration again at the lowest supported transformers, then TRL's adapter at
 # each end of its range (RLPARITY_REQUIRE_TRL: a TRL that does not import fails instead of skipping).
 test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
-	$(PY) -m pytest -n $(JOBS) --durations=25 tests
+	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 --durations=25 tests
 	PYTHONPATH=build/hf-lowest $(PY) -m pytest -n $(JOBS) -p no:cacheprovider tests/integrations
 	for v in $(TRL_RANGE); do \
 	  RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$$v $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS) || exit 1; \
@@ -93,7 +93,7 @@ test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 # The developer's loop: every test but the slow ones (builds, containers, subprocess cells, larger shapes;
 # `make test` runs those too).
 test-fast: build
-	$(PY) -m pytest -n $(JOBS) -m "not slow" tests
+	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 -m "not slow" tests
 
 lint: build
 	$(PY) -m ruff check .

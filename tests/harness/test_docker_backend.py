@@ -39,6 +39,7 @@ def _digests(out: Path) -> dict[str, dict[str, str]]:
     return {r.cell.id.split("/", 1)[1]: r.digests for r in results.read_all(out) if r.status == "passed"}
 
 
+@pytest.mark.slow(minutes=True)
 def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu_image, tmp_path):
     """Every fp32 cell of the quick matrix that the cpu image carries (both env profiles, single and split, each
     workload), one container each, against the same cells on the local backend: the same digests. (The other

@@ -33,7 +33,7 @@ def test_the_representative_cells_are_the_quick_gates_cpu_cells():
     assert all(c.target == "cpu" and c.profile == "baseline" and c.placement == "single" for c in cells)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 def test_a_mutation_the_gate_catches(tmp_path):
     """Stand-in: the FMA-contracted build as 'the mutated library' (it differs from the contract's bits)."""
     from rlparity.cell.controls import build_fma_variant
@@ -113,7 +113,7 @@ def test_an_equivalent_mutation_that_passes_is_reported_with_its_guard(tmp_path,
     assert code == 0 and "equivalent" in out and "a static rule" in out
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 @pytest.mark.skipif(os.environ.get("CI") != "true" and not os.environ.get("RL_KERNEL_TEST_MUTATIONS"),
                     reason="builds the mutated rl_kernel and runs 20 cells (minutes): CI=true or "
                     "RL_KERNEL_TEST_MUTATIONS=1")  # fmt: skip

@@ -71,6 +71,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow(minutes=True)
 def test_lock_pull_by_digest_and_run_the_cpu_cells(client, cpu_image, registry, tmp_path):
     repository, tag = f"{registry}/rlparity-ci", f"cpu-{uuid.uuid4().hex[:8]}"
     pushed = _push(client, images.project_tag("cpu"), repository, tag)

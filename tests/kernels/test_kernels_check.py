@@ -33,8 +33,8 @@ CLANG = amd_toolchain.find_clang()
 if CLANG is None and os.environ.get("CI") == "true":
     raise RuntimeError("clang++-19 is missing in CI: .ci/run must install clang-19 llvm-19 lld-19 libamdhip64-dev")
 needs_clang = pytest.mark.skipif(CLANG is None, reason="clang++-19 not installed (apt-get install clang-19)")
-if shutil.which("nvcc") is None and os.environ.get("CI") == "true":
-    raise RuntimeError("nvcc is missing in CI: the CUDA half of kernels-check cannot run")
+if not (shutil.which("nvcc") and shutil.which("fatbinary")) and os.environ.get("CI") == "true":
+    raise RuntimeError("nvcc (with fatbinary) is missing in CI: the CUDA half of kernels-check cannot run")
 if not (shutil.which("cuobjdump") and shutil.which("nvdisasm")) and os.environ.get("CI") == "true":
     raise RuntimeError("cuobjdump/nvdisasm are missing in CI: .ci/run takes them from the triton wheel")
 
@@ -44,7 +44,7 @@ def run_check(*args: str, extra: str = "") -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(CHECK), *args], capture_output=True, text=True, env=env, check=False)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 @needs_clang
 def test_hip_targets_clean_with_contract_flags() -> None:
     proc = run_check("--tier", "exact", "--only", "hip")
@@ -69,7 +69,7 @@ CONTRACTIBLE = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 @needs_clang
 def test_contracted_build_is_caught(tmp_path: Path) -> None:
     report = tmp_path / "bad.json"
@@ -85,7 +85,7 @@ def test_contracted_build_is_caught(tmp_path: Path) -> None:
                 assert f"{len(kernel)}{kernel}" in flagged, f"{result['target']}: {family}'s {kernel} not flagged"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_ptx_clean_and_negative_control() -> None:
     assert run_check("--tier", "exact", "--only", "cuda").returncode == 0
@@ -267,7 +267,7 @@ def test_bundle_round_trip() -> None:
     assert [c for _, c in got][1:3] == [c for _, c in entries]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 @needs_clang
 def test_built_hip_object_clean_and_contracted_caught(tmp_path: Path) -> None:
     """--built on a host object that embeds the exact kernels' AMD code objects (.hip_fatbin) for two
@@ -295,22 +295,26 @@ def test_built_rejects_a_library_without_device_code(tmp_path: Path) -> None:
     assert "no .hip_fatbin or .nv_fatbin section" in proc.stdout
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("cuobjdump") is None, reason="nvcc/cuobjdump missing")
+@pytest.mark.slow(minutes=True)
+@pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("nvcc", "cuobjdump", "fatbinary", "objcopy")),
+    reason="nvcc, cuobjdump, fatbinary or objcopy missing",
+)
 def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
-    """--built on an nvcc host object of the exact kernels for sm_90 (its .nv_fatbin, through cuobjdump -sass):
+    """--built on an object whose .nv_fatbin carries nvcc's sm_90 code of the exact kernels (the cubin of the PTX
+    check: the same compile, kept by the cache; packed by fatbinary as nvcc packs it), through cuobjdump -sass:
     clean with --fmad=false; with --fmad=true it fails (FFMA)."""
     unit = compile_unit.write_unit(tmp_path)
-    flags = [f for f in compile_unit.build_flags.NVCC_FLAGS if not f.startswith("--fmad")]
-    for fmad, want in (("false", 0), ("true", 1)):
-        obj = tmp_path / f"k-{fmad}.o"
-        proc = subprocess.run(
-            ["nvcc", "-arch=sm_90", *flags, f"--fmad={fmad}", "-c", str(unit), "-o", str(obj)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    host = tmp_path / "empty.o"
+    subprocess.run(["cc", "-x", "c", "-c", "-", "-o", str(host)], input="", text=True, check=True)
+    for extra, want in (([], 0), (["-ffp-contract=fast"], 1)):
+        (tmp_path / "sm_90.cubin").unlink(missing_ok=True)
+        cuda_toolchain.check_cuda("sm_90", ["-arch=sm_90"], extra, tmp_path, unit)
+        fatbin, obj = tmp_path / f"k{want}.fatbin", tmp_path / f"k{want}.o"
+        image = f"--image3=kind=elf,sm=90,file={tmp_path / 'sm_90.cubin'}"
+        subprocess.run(["fatbinary", f"--create={fatbin}", "-64", image], check=True, capture_output=True)
+        subprocess.run(["objcopy", "--add-section", f".nv_fatbin={fatbin}", "--set-section-flags",
+                        ".nv_fatbin=alloc,readonly", str(host), str(obj)], check=True, capture_output=True)  # fmt: skip
         proc = run_check("--built", str(obj))
         assert proc.returncode == want, proc.stdout
         if want:

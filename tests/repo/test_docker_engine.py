@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from rlparity import images, results
 from rlparity.config import REPO
 from rlparity.matrix import load_matrix
@@ -38,6 +40,7 @@ def test_cpu_image_carries_its_build_record_and_runs_as_non_root(client, cpu_ima
     assert cpu_image.attrs["Config"]["Entrypoint"] == ["rlparity"]
 
 
+@pytest.mark.slow(minutes=True)
 def test_docker_compose_runs_test_cpu(client, cpu_image, tmp_path):
     require("docker-compose", find_tool("docker-compose"))
     out = tmp_path / "results"

@@ -122,7 +122,7 @@ def test_a_failing_python_block_is_reported_and_text_is_not_code(tmp_path: Path)
     assert rc.check_markdown(_md("text", "rlparity run [--matrix quick|nightly]"), REPO, tmp_path) == []
 
 
-@pytest.mark.slow
+@pytest.mark.slow(minutes=True)
 def test_a_broken_readme_copy_is_caught(tmp_path: Path) -> None:
     """The README's own snippets, each broken in a copy: the checker names the fault."""
     broken_python = README.replace("rl_kernel.bitwise.diff(rollout", "rl_kernel.bitwise.dif(rollout", 1)

@@ -37,7 +37,7 @@ SUBSET = "target=cpu profile=baseline placement=single"
 RUN = f"{SUBSET} dtype=fp32"  # the cells that run: one of each workload (quick, edges, model)
 HARNESS_ONLY = ("rich", "junitparser", "docker", "matplotlib", "pytest", "transformers")
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(minutes=True)
 
 
 def _env() -> dict[str, str]:
