@@ -7,8 +7,9 @@ logits.
 What it computes, bit for bit: `unfused(...)` below, i.e. the tier's `linear` (rounded to the weight's dtype
 as a model's lm_head rounds), divided by `temperature` as generate() divides them (cast to fp32, one correctly
 rounded division per element: rl_kernel.exact.softmax.ops.divide_by_temperature), then `token_logprobs` / `entropy`
-over the first `vocab_size` columns. It walks the vocabulary in chunks of `vocab_chunk` columns (a multiple of 8), one
-chunk of logits alive at a time, so the extra memory is about 4 x tokens x vocab_chunk elements, whatever the
+over the first `vocab_size` columns. It walks the vocabulary in chunks of `vocab_chunk` columns (a multiple of 8),
+one call's chunks of logits alive at a time (one chunk, or as many as the tier's HeadGemms.call_elements allows for
+the rows: fewer launches, the same bits), so the extra memory is about 4 x tokens x a call's columns, whatever the
 vocabulary.
 
 Why the forward is exact: the contract's row reduction is one binary tree over aligned 8-column chunks (docs/
@@ -27,6 +28,10 @@ depends on its own row only) and, for the exact tier, the same on every device; 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -55,12 +60,14 @@ class _Plan:
     tier: str
     vocab_size: int
     chunk: int
+    span: int  # columns per call of the walk: a multiple of chunk (HeadGemms.call_elements); no bit depends on it
     temperature: float | None
     ignore_index: int
     want_entropy: bool
     ranks: tuple[Slice, ...]
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
+    dx_per_chunk: bool = False  # one_chunk_per_call(): HeadGemms.dx per chunk, never dx_into
 
     @property
     def rows(self) -> int:
@@ -68,10 +75,10 @@ class _Plan:
         return sum(r.width for r in self.ranks)
 
     def chunks(self, rank: int) -> list[Slice]:
-        """A rank's columns in chunks of `chunk` (global columns; the last may be narrower)."""
+        """A rank's columns in the walk's calls of `span` columns (global columns; the last may be narrower)."""
         own = self.ranks[rank]
-        ends = range(own.start, own.start + own.width, self.chunk)
-        return [Slice(s, min(self.chunk, own.start + own.width - s), self.vocab_size) for s in ends]
+        ends = range(own.start, own.start + own.width, self.span)
+        return [Slice(s, min(self.span, own.start + own.width - s), self.vocab_size) for s in ends]
 
     def nodes(self, rank: int) -> tuple[list[int], list[int]]:
         """The (levels, indices) of a rank's chunks' maximal nodes, left to right."""
@@ -154,7 +161,7 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
         if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to z's dtype
             d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(h.dtype)
         if dh is not None:
-            dh += g.dx(d, weight.narrow(0, s.start - plan.ranks[plan.me].start, s.width))
+            _add_dx(g, plan, d, weight.narrow(0, s.start - plan.ranks[plan.me].start, s.width), dh)
         if need[1]:
             dws.append(g.dw(d, h))
         if need[2]:
@@ -164,6 +171,44 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
         torch.cat(dws) if need[1] else None,
         torch.cat(dbs) if need[2] else None,
     )
+
+
+_ONE_CHUNK_PER_CALL = threading.local()
+
+
+@contextlib.contextmanager
+def one_chunk_per_call() -> Iterator[None]:
+    """The walk as numerics.md 12 states it, for checks of a tier's wider calls: one chunk per call, each chunk's
+    dX partial from HeadGemms.dx added by the head (never dx_into)."""
+    before = getattr(_ONE_CHUNK_PER_CALL, "on", False)
+    _ONE_CHUNK_PER_CALL.on = True
+    try:
+        yield
+    finally:
+        _ONE_CHUNK_PER_CALL.on = before
+
+
+def _narrow() -> bool:
+    return getattr(_ONE_CHUNK_PER_CALL, "on", False)
+
+
+def _add_dx(g: HeadGemms, plan: _Plan, d: torch.Tensor, w: torch.Tensor, dh: torch.Tensor) -> None:
+    """dh += the call's chunks' fp32 dX partials, left to right: `plan.chunk` columns is dHidden's grain whatever
+    the call's width."""
+    chunk = plan.chunk
+    if g.dx_into is not None and not plan.dx_per_chunk:
+        g.dx_into(d, w, dh, chunk)
+        return
+    for at in range(0, d.shape[1], chunk):
+        width = min(chunk, d.shape[1] - at)
+        dh += g.dx(d.narrow(1, at, width).contiguous(), w.narrow(0, at, width))
+
+
+def span_of(g: HeadGemms, rows: int, chunk: int) -> int:
+    """Columns per call of the walk: as many whole chunks as call_elements allows for `rows` (at least one)."""
+    if not g.call_elements or _narrow():
+        return chunk
+    return chunk * max(1, g.call_elements // max(1, rows * chunk))
 
 
 def _sum_ranks(plan: _Plan, mine: torch.Tensor) -> torch.Tensor:
@@ -273,7 +318,8 @@ def lm_head_logprobs(
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
     vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
     whole = (Slice(0, weight.shape[0], vocab),)
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy), whole)
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
+                 bool(entropy), whole)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 
@@ -284,6 +330,9 @@ def _apply(plan: _Plan, hidden, weight, tokens, bias, validate: bool):
         check_token_range(tokens, plan.vocab_size, plan.ignore_index)
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
+    # The walk's width (read here, in the caller's thread: autograd runs a GPU backward in a thread of its own).
+    span = span_of(tiers.get(plan.tier).head_gemms(), h.shape[0], plan.chunk)
+    plan = dataclasses.replace(plan, span=span, dx_per_chunk=_narrow())
     out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens.reshape(-1), plan)
     if plan.want_entropy:
         return out[0].view(lead), out[1].view(lead)
@@ -313,8 +362,8 @@ def vocab_parallel(
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
         raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, temperature, int(ignore_index), bool(entropy),
-                 tuple(ranks), me, exchange)  # fmt: skip
+    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
+                 bool(entropy), tuple(ranks), me, exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 

@@ -233,6 +233,20 @@ def _check_linear() -> dict[str, bool]:
         torch.equal(lin.grad_x_2d(dy[:r], w, out_dtype=torch.float32).view(torch.int32), dfull[:r].view(torch.int32))
         for r in (1, 7, 200)
     )
+    # The fused head's dHidden in one launch (SEG_K): each 64-column chunk's fp32 product from +0, added to the
+    # output in column order, as one grad_x_2d per chunk and one add each; a tail chunk of 40 columns.
+    dyh, wh = torch.randn(m, 232, generator=g).bfloat16(), (torch.randn(232, k, generator=g) * 0.2).bfloat16()
+    parts = [lin.grad_x_2d(dyh[:, c : c + 64].contiguous(), wh[c : c + 64], out_dtype=torch.float32)
+             for c in range(0, 232, 64)]  # fmt: skip
+    start = torch.randn(m, k, generator=g)
+    want, backwards = start.clone(), start.clone()
+    for p, q in zip(parts, reversed(parts), strict=True):
+        want, backwards = want + p, backwards + q
+    got = start.clone()
+    lin.grad_x_into(dyh, wh, got, 64)
+    res["grad_x_into == out + each chunk's fp32 dX, left to right (bits)"] = torch.equal(
+        got.view(torch.int32), want.view(torch.int32)
+    ) and not torch.equal(backwards.view(torch.int32), want.view(torch.int32))
     res["fwd leading dims [3, 100, K]"] = _same(fast.linear(x.view(3, 100, k), w, b).view(m, n), y)
     res["fwd non-contiguous x"] = _same(fast.linear(x.t().contiguous().t(), w, b), y)
     dy = torch.randn(m, n, generator=g).bfloat16()
@@ -349,6 +363,17 @@ def _check_head() -> dict[str, bool]:
         res[f"fused {name} == unfused (bits)"] = _same(fused[i], plain[i])  # int16 views: fp32 as pairs
     res["fused dHidden vs unfused within bf16"] = bool(
         ((fused[2].double() - plain[2].double()).abs() <= plain[2].double().abs().max() * 2**-6).all()
+    )
+    from rl_kernel.fast import head as fast_head
+
+    calls = fast_head.CALL_ELEMENTS
+    fast_head.CALL_ELEMENTS = 0  # one chunk per call, dX per chunk added by the head
+    try:
+        narrow = both(head.lm_head_logprobs, h, tok, vocab_chunk=128)
+    finally:
+        fast_head.CALL_ELEMENTS = calls
+    res["the whole vocabulary in one call == a chunk per call (all outputs, bits)"] = all(
+        _same(a, b) for a, b in zip(fused, narrow, strict=True)
     )
     part = both(head.lm_head_logprobs, h[3:7], tok[3:7], vocab_chunk=128)
     res["dHidden rows 3..6 alone == in the batch (bits)"] = _same(part[2], fused[2][3:7])

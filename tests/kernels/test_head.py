@@ -9,6 +9,7 @@ equality compares integer views of the bits (rl_kernel.bitwise).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -20,7 +21,7 @@ import torch.multiprocessing as mp
 
 import rl_kernel
 import rl_kernel.parallel as P
-from rl_kernel import head, inputs
+from rl_kernel import head, inputs, tiers
 from rl_kernel.bitwise import bits_equal, diff
 
 IGNORE = -100
@@ -157,6 +158,21 @@ def test_dhidden_adds_the_chunks_partials_left_to_right() -> None:
     for p in reversed(parts):
         right_to_left = right_to_left + p
     assert not bits_equal(left_to_right, right_to_left), "the case cannot tell the order: pick another seed"
+
+
+@pytest.mark.parametrize("chunks_per_call", [2, 3, 200])
+def test_calls_of_several_chunks_give_the_bits_of_one_chunk_per_call(monkeypatch, chunks_per_call: int) -> None:
+    """The walk takes as many chunks per call as the tier's call_elements allows: every output the same bits,
+    dHidden still the chunks' fp32 partials left to right (fp32: the order shows), the last call narrower."""
+    h, w, tok = case(9, 24, 1000, torch.float32, seed=21)
+    want = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=64)
+    exact = tiers.get("exact")
+    wide = dataclasses.replace(exact.head_gemms(), call_elements=9 * 64 * chunks_per_call)
+    assert head.span_of(wide, 9, 64) == 64 * chunks_per_call
+    monkeypatch.setattr(tiers.Tier, "head_gemms", lambda self: wide)
+    got = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=64)
+    for name, i in (("log-probs", 0), ("entropy", 1), ("dHidden", 2), ("dWeight", 3)):
+        assert_bits(got[i], want[i], f"{name}, {chunks_per_call} chunks per call")
 
 
 def test_only_the_used_output_has_a_gradient() -> None:

@@ -228,6 +228,30 @@ def test_a_slices_nodes_by_any_tiling_join_to_the_same_bits(device: str, dtype: 
         assert_bits(ops.join_sum(h_f, stats, flv, fix), ops.join_sum(h_c, stats, lv, ix), "entropy sums")
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+def test_a_slice_over_a_training_batch_gives_the_bits_of_a_few_rows(device: str, dtype: torch.dtype) -> None:
+    """A fused head's vocabulary chunk over a training batch: on the GPU one warp per (row, canonical node) once
+    the rows fill every warp (2048 rows; a few rows: one block per row). Both give the single-device bits, and
+    the first rows alone equal the same rows in the batch."""
+    rows, vocab, widths = 2048, 4099, [2048, 2051]
+    x = inputs.logits(rows, vocab, dtype, seed=29).to(device)
+    stats = rl_kernel.row_stats(x)
+    locals_, slices = P.simulate(x, widths)
+    ops = torch.ops.rl_kernel
+    parts, sums = [], []
+    for local, own in zip(locals_, slices, strict=True):
+        local = local.contiguous()
+        lv, ix = [n[0] for n in own.nodes], [n[1] for n in own.nodes]
+        parts.append(ops.node_stats(local, own.chunk0, own.valid, lv, ix))
+        sums.append(ops.node_entropy(local, stats, own.chunk0, own.valid, lv, ix))
+        few = local[:6].contiguous()
+        assert_bits(ops.node_stats(few, own.chunk0, own.valid, lv, ix), parts[-1][:6], f"nodes at {own.start}")
+        got = ops.node_entropy(few, stats[:6].contiguous(), own.chunk0, own.valid, lv, ix)
+        assert_bits(got, sums[-1][:6], f"entropy nodes at {own.start}")
+    assert_bits(T.join_stats(parts, slices), stats, "row statistics")
+    assert_bits(T.join_entropy(sums, stats, slices), rl_kernel.entropy(x), "entropy")
+
+
 def test_negative_control_rank_order_merge_is_caught() -> None:
     """Per-rank sums merged in rank order (each slice reduced as a row of its own) differ from the row's
     tree: the comparison above can fail."""

@@ -295,6 +295,40 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     }
 }
 
+// A rank's slice over many rows: warp w of block (x, y) computes canonical node y of row 8x + w (by
+// warp_any_node, as node_stats_kernel does), so that a slice of few, large nodes (a fused head's vocabulary
+// chunk is one node) keeps every warp busy; slice_stats_kernel's one block per row leaves all but one of
+// its warps idle then. Same nodes, same trees: the same bits.
+struct SliceNode {
+  int L;
+  int64_t first;  // first local chunk
+};
+
+// Node y of the canonical decomposition of chunks [c0, end): walks the y nodes before it (a slice has few).
+RL_HD SliceNode slice_node(int64_t c0, int64_t end, int64_t y) {
+  int64_t c = c0;
+  for (int64_t k = 0; k < y; ++k) c += int64_t(1) << item_level(c, end, 62);
+  return SliceNode{item_level(c, end, 62), c - c0};
+}
+
+__device__ __forceinline__ int64_t row_of_warp_in(int64_t row0) { return row0 + RL_ROW * RL_WARPS + warp_id(); }
+
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    slice_stats_warp_kernel(int64_t row0, int64_t row_end, const typename D::storage* x, int64_t row_stride,
+                            int64_t valid, int64_t chunk0, int64_t nodes, float* out) {
+  const int64_t r = row_of_warp_in(row0);
+  if (r >= row_end) return;
+  const SliceNode sn = slice_node(chunk0, chunk0 + chunks_of(valid), RL_NODE);
+  const int64_t off = sn.first * RL_CHUNK;
+  const Acc a = warp_any_node(LeafStats<D>{x + r * row_stride + off, valid - off}, sn.L, int64_t(1) << sn.L,
+                              acc_empty());
+  if (lane_id() == 0) {
+    out[2 * (r * nodes + RL_NODE)] = a.m;
+    out[2 * (r * nodes + RL_NODE) + 1] = a.s;
+  }
+}
+
 // ---- a row's equal parts joined by one warp per row (a row cut for few rows: the parts are nodes
 // (L, 0), (L, 1), ... of one level) -------------------------------------------------------------------
 // 256 parts at a time as one node of level L + 8 (8 per lane, then the shuffles: block_tree's join), those

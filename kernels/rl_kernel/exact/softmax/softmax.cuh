@@ -312,6 +312,21 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
     for (int j = 0; j < k && j < nodes; ++j) out[r * nodes + j] = vals[j];
 }
 
+// slice_entropy_kernel over many rows: one warp per (row, node) (common/rowtree.cuh's slice_stats_warp_kernel).
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    slice_entropy_warp_kernel(int64_t row0, int64_t row_end, const typename D::storage* x, int64_t row_stride,
+                              int64_t valid, int64_t chunk0, int64_t nodes, const float* stats, float* out) {
+  const int64_t r = row_of_warp_in(row0);
+  if (r >= row_end) return;
+  const SliceNode sn = slice_node(chunk0, chunk0 + chunks_of(valid), RL_NODE);
+  const int64_t off = sn.first * RL_CHUNK;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const float h = warp_any_node(leaf_sum(EntropyTerms<D>{x + r * row_stride + off, valid - off, st}), sn.L,
+                                int64_t(1) << sn.L, sum_empty());
+  if (lane_id() == 0) out[r * nodes + RL_NODE] = h;
+}
+
 __device__ __forceinline__ RowStats join_row_stats(int64_t r, const float* part, const NodeList& nl, float* stats) {
   const RowStats st = finish(join_stats_nodes(part + 2 * r * nl.n, nl));
   if (stats != nullptr) {

@@ -32,6 +32,10 @@ namespace rl {
                                                  float*);                                                       \
   template __global__ void slice_entropy_kernel<D>(int64_t, const D::storage*, int64_t, int64_t, int64_t,        \
                                                    int64_t, const float*, float*);                              \
+  template __global__ void slice_stats_warp_kernel<D>(int64_t, int64_t, const D::storage*, int64_t, int64_t,    \
+                                                      int64_t, int64_t, float*);                                 \
+  template __global__ void slice_entropy_warp_kernel<D>(int64_t, int64_t, const D::storage*, int64_t, int64_t,  \
+                                                        int64_t, int64_t, const float*, float*);                 \
   template __global__ void join_parts_token_kernel<D>(int64_t, const float*, int64_t, int, const D::storage*,     \
                                                       int64_t, int64_t, const int64_t*, int64_t, float*, float*);  \
   template __global__ void token_logprobs_backward_slice_kernel<D>(int64_t, const float*, const D::storage*,     \

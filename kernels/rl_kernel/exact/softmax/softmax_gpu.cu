@@ -58,6 +58,24 @@ void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
   launch_rows(kernel, rows, RL_BLOCK, args...);
 }
 
+// Warp w of block (x, y) is row 8x + w's node y (rows in launches of max_rows_per_launch(), as launch_nodes).
+template <class Kernel, class... Args>
+void launch_warp_rows(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
+  if (rows == 0 || nodes == 0) return;
+  RL_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
+#if defined(RL_MUTATIONS)
+  sync_mutation();
+#endif
+  const int64_t cap = max_rows_per_launch().load();
+  for (int64_t i = 0; i < launch_count(rows, cap); ++i) {
+    const int64_t first = launch_first_row(i, cap), n = rows - first < cap ? rows - first : cap;
+    const unsigned blocks = static_cast<unsigned>((n + RL_WARPS - 1) / RL_WARPS);
+    kernel<<<dim3(blocks, static_cast<unsigned>(nodes)), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
+        first, first + n, args...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
 // One warp per row (a row's equal parts joined).
 template <class Kernel, class... Args>
 void launch_per_warp(Kernel kernel, int64_t rows, Args... args) {
@@ -145,13 +163,21 @@ struct GpuExec {
     launch(entropy_backward_kernel<D>, r.n, g, x, r.stride, r.v, stats, H, gin);
   }
 
+  // A rank's slice (its canonical decomposition), no node list to copy to the device: for many rows (a fused
+  // head's vocabulary chunk over a training batch) one warp per (row, node), every warp busy; for few rows
+  // (decode) one block per row, balanced over its warps. The same nodes either way, so the same bits.
+  static bool warp_per_node(int64_t rows) { return rows >= int64_t(RL_WARPS) * multiprocessors(); }
+
   // A rank's slice (its canonical decomposition): one block per row, balanced over its warps, and no node
   // list to copy to the device. Any other list (a row's equal parts, or nodes given by hand): one warp each.
   template <class D>
   static void node_stats(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                          const HostNodes& nodes, float* out) {
-    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid)))
+    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid))) {
+      if (warp_per_node(r.n))
+        return launch_warp_rows(slice_stats_warp_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, nodes.n, out);
       return launch(slice_stats_kernel<D>, r.n, x, r.stride, valid, chunk0, nodes.n, out);
+    }
     const DeviceNodes dn(nodes);
     launch_nodes(node_stats_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, out);
   }
@@ -159,8 +185,12 @@ struct GpuExec {
   template <class D>
   static void node_entropy(const typename D::storage* x, const Rows& r, int64_t chunk0, int64_t valid,
                            const HostNodes& nodes, const float* stats, float* out) {
-    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid)))
+    if (canonical_nodes(nodes, chunk0, chunk0 + chunks_of(valid))) {
+      if (warp_per_node(r.n))
+        return launch_warp_rows(slice_entropy_warp_kernel<D>, r.n, nodes.n, x, r.stride, valid, chunk0, nodes.n,
+                                stats, out);
       return launch(slice_entropy_kernel<D>, r.n, x, r.stride, valid, chunk0, nodes.n, stats, out);
+    }
     const DeviceNodes dn(nodes);
     launch_nodes(node_entropy_kernel<D>, r.n, warp_groups(nodes.n), x, r.stride, valid, chunk0, dn.list, stats, out);
   }
