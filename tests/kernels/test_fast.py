@@ -201,6 +201,13 @@ def test_interpreter_fused_head() -> None:
     assert not failed, failed
 
 
+@pytest.mark.slow
+def test_interpreter_swiglu() -> None:
+    r = interpret(__file__, "swiglu")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert not failed, failed
+
+
 # ---- what the subprocess runs --------------------------------------------------------------------------
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
@@ -381,8 +388,33 @@ def _check_head() -> dict[str, bool]:
     return res
 
 
+def _check_swiglu() -> dict[str, bool]:
+    """SwiGLU in the fast tier: each element from its own gate and up (a block of rows alone == in the batch, an
+    odd element count), forward and backward against the torch formula and float64."""
+    from rl_kernel.fast.decoder import swiglu
+
+    g = torch.Generator().manual_seed(4)
+    gate, up = (torch.randn(7, 301, generator=g) * 3).bfloat16(), torch.randn(7, 301, generator=g).bfloat16()
+    dy = torch.randn(7, 301, generator=g).bfloat16()
+    gg, ug = gate.clone().requires_grad_(), up.clone().requires_grad_()
+    y = fast.silu_mul(gg, ug)
+    y.backward(dy)
+    ref = swiglu.silu_mul_reference(dy, gate, up)
+    res = {}
+    for name, got, want in (("y", y, ref[0]), ("dgate", gg.grad, ref[1]), ("dup", ug.grad, ref[2])):
+        close = (got.double() - want.double()).abs() <= want.double().abs() * 2**-7 + 1e-30
+        res[f"{name} == the torch fp32 formula within one bf16 rounding"] = bool(close.all())
+    g64, u64 = gate.double().requires_grad_(), up.double()
+    (torch.nn.functional.silu(g64) * u64).backward(dy.double())
+    res["dgate vs float64"] = bool(((gg.grad.double() - g64.grad).norm() / g64.grad.norm()) < 1e-2)
+    res["rows 2..4 alone == in the batch (bits)"] = _same(fast.silu_mul(gate[2:5], up[2:5]), y.detach()[2:5])
+    res["fp16 runs"] = fast.silu_mul(gate.half(), up.half()).dtype == torch.float16
+    return res
+
+
 if __name__ == "__main__":
     assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
     shim()
-    result = {"linear": _check_linear, "attention": _check_attention, "head": _check_head}[sys.argv[1]]()
+    checks = {"linear": _check_linear, "attention": _check_attention, "head": _check_head, "swiglu": _check_swiglu}
+    result = checks[sys.argv[1]]()
     print(json.dumps(result))

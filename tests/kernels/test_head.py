@@ -52,7 +52,7 @@ def run(fn, h, w, tok, bias=None, **kw):
     bg = None if bias is None else bias.clone().requires_grad_()
     logp, ent = fn(hg, wg, tok, bias=bg, entropy=True, **kw)
     g = torch.Generator().manual_seed(7)
-    a, b = torch.randn(logp.shape, generator=g), torch.randn(ent.shape, generator=g)
+    a, b = (torch.randn(t.shape, generator=g).to(t.device) for t in (logp, ent))  # the weights drawn on the CPU
     ((logp * a).sum() + (ent * b).sum()).backward()
     return logp, ent, hg.grad, wg.grad, None if bg is None else bg.grad
 

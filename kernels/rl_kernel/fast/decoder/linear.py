@@ -78,7 +78,7 @@ def _gemm_kernel(
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
     c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if SEG_K > 0:
-        total = tl.load(c_ptrs, mask=c_mask, other=0.0)
+        # C is read and written back once per segment (a second fp32 tile held across the K loop would spill).
         for s0 in range(0, K, SEG_K):
             # The segment's K loop is a whole call's (SEG_K a multiple of BLOCK_K: its tail masked alike).
             seg_end = tl.minimum(s0 + SEG_K, K)
@@ -94,8 +94,7 @@ def _gemm_kernel(
                 acc = tl.dot(a, b, acc, input_precision="ieee")
                 a_ptrs += BLOCK_K * stride_ak
                 b_ptrs += BLOCK_K * stride_bk
-            total = total + acc
-        tl.store(c_ptrs, total, mask=c_mask)
+            tl.store(c_ptrs, tl.load(c_ptrs, mask=c_mask, other=0.0) + acc, mask=c_mask)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
