@@ -67,7 +67,6 @@ class _Plan:
     ranks: tuple[Slice, ...]
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
-    dx_per_chunk: bool = False  # one_chunk_per_call(): HeadGemms.dx per chunk, never dx_into
 
     @property
     def rows(self) -> int:
@@ -178,8 +177,7 @@ _ONE_CHUNK_PER_CALL = threading.local()
 
 @contextlib.contextmanager
 def one_chunk_per_call() -> Iterator[None]:
-    """The walk as numerics.md 12 states it, for checks of a tier's wider calls: one chunk per call, each chunk's
-    dX partial from HeadGemms.dx added by the head (never dx_into)."""
+    """The walk as numerics.md 12 states it, for checks of a tier's wider calls: one chunk per call."""
     before = getattr(_ONE_CHUNK_PER_CALL, "on", False)
     _ONE_CHUNK_PER_CALL.on = True
     try:
@@ -196,9 +194,6 @@ def _add_dx(g: HeadGemms, plan: _Plan, d: torch.Tensor, w: torch.Tensor, dh: tor
     """dh += the call's chunks' fp32 dX partials, left to right: `plan.chunk` columns is dHidden's grain whatever
     the call's width."""
     chunk = plan.chunk
-    if g.dx_into is not None and not plan.dx_per_chunk:
-        g.dx_into(d, w, dh, chunk)
-        return
     for at in range(0, d.shape[1], chunk):
         width = min(chunk, d.shape[1] - at)
         dh += g.dx(d.narrow(1, at, width).contiguous(), w.narrow(0, at, width))
@@ -332,7 +327,7 @@ def _apply(plan: _Plan, hidden, weight, tokens, bias, validate: bool):
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     # The walk's width (read here, in the caller's thread: autograd runs a GPU backward in a thread of its own).
     span = span_of(tiers.get(plan.tier).head_gemms(), h.shape[0], plan.chunk)
-    plan = dataclasses.replace(plan, span=span, dx_per_chunk=_narrow())
+    plan = dataclasses.replace(plan, span=span)
     out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens.reshape(-1), plan)
     if plan.want_entropy:
         return out[0].view(lead), out[1].view(lead)

@@ -55,8 +55,6 @@ class HeadGemms:
     dx(d, w_chunk) -> fp32 [N, H], the chunk's partial of dHidden, never rounded
     dw(d, h) -> [C, H];  db(d) -> [C]
     check(hidden, weight, bias): the tier's own argument checks (device, dtype, toolchain), or None
-    dx_into(d, w_cols, out, chunk): out (fp32) += each `chunk` columns' dx partial, left to right, in one call
-        (what dx per chunk, each added to out, gives); None: the head calls dx per chunk
     call_elements: how many logits one call of the head's walk may hold (rows x columns); the walk then takes
         several vocabulary chunks per call (fewer launches, the same bits); 0: one chunk per call
     """
@@ -66,7 +64,6 @@ class HeadGemms:
     dw: Callable[..., Any]
     db: Callable[..., Any]
     check: Callable[..., None] | None = None
-    dx_into: Callable[..., None] | None = None
     call_elements: int = 0
 
 

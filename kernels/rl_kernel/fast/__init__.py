@@ -3,7 +3,6 @@
     y = rl_kernel.fast.linear(x, weight, bias)                # F.linear, bf16/fp16 on a GPU
     o = rl_kernel.fast.attention(q, k, v, q_pos, k_start)     # causal GQA, prefill and decode alike
     y = rl_kernel.fast.rms_norm(x, weight, eps)               # the exact forward, a parallel weight gradient
-    h = rl_kernel.fast.silu_mul(gate, up)                     # SwiGLU, one Triton pass forward and backward
 
 The fast tier is bitwise reproducible within one GPU target (sm_90, gfx942, ...), not across targets or
 against the CPU: a row's bits do not depend on the batch size, on the other rows, on Tq or on how the KV
@@ -21,11 +20,10 @@ import torch
 from rl_kernel.fast.decoder import attention as attention_kernels
 from rl_kernel.fast.decoder import linear as linear_kernels
 from rl_kernel.fast.decoder.norm import rms_norm
-from rl_kernel.fast.decoder.swiglu import silu_mul
 from rl_kernel.triton_tier import check_tensors, require_triton
 
 TIER = "fast"
-OPERATORS = ("attention", "linear", "rms_norm", "silu_mul")
+OPERATORS = ("attention", "linear", "rms_norm")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -57,4 +55,4 @@ def attention(
     return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate)
 
 
-__all__ = ["OPERATORS", "attention", "attention_kernels", "linear", "linear_kernels", "rms_norm", "silu_mul"]
+__all__ = ["OPERATORS", "attention", "attention_kernels", "linear", "linear_kernels", "rms_norm"]

@@ -24,7 +24,8 @@ def _check(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 
 # Logits per call of the head's walk: two 2048-column chunks at 8192 tokens (64 MB in bf16 per buffer; a call
-# holds about four), one chunk from 16384 tokens on. Fewer calls, fewer launches: the bits are the same.
+# holds about four), one chunk from 16384 tokens on. Fewer calls, fewer launches: the bits are the same (the head
+# adds each chunk's dX partial to dHidden in order).
 CALL_ELEMENTS = 1 << 25
 
 
@@ -35,6 +36,5 @@ def gemms() -> HeadGemms:
         dw=lambda d, h: fl.grad_w_2d(d, h),
         db=fl.grad_b_2d,
         check=_check,
-        dx_into=fl.grad_x_into,
         call_elements=CALL_ELEMENTS,
     )

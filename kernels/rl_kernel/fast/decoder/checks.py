@@ -1,7 +1,7 @@
-"""The fast tier's decoder family as selfcheck and the golden digests see it: linear (forward, dX, dW),
-attention (forward, dQ, dK/dV) and SwiGLU (forward, dgate, dup) on the exact tier's cases, each with its float64
-reference and a bound on the relative error (bf16 operands: ~1e-2), and the invariance checks that define the
-tier: a row alone == in a batch across M buckets, decode rows == prefill rows, a sequence alone == in a batch."""
+"""The fast tier's decoder family as selfcheck and the golden digests see it: linear (forward, dX, dW) and
+attention (forward, dQ, dK/dV) on the exact tier's cases, each with its float64 reference and a bound on the
+relative error (bf16 operands: ~1e-2), and the invariance checks that define the tier: a row alone == in a
+batch across M buckets, decode rows == prefill rows, a sequence alone == in a batch."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from rl_kernel.bitwise import Diff, diff
 from rl_kernel.exact.decoder import checks as exact
-from rl_kernel.fast import attention, linear, silu_mul
+from rl_kernel.fast import attention, linear
 from rl_kernel.spec import Case, OpSpec
 
 FAMILY = "decoder"
@@ -36,10 +36,6 @@ def _attention_ref(c: Case) -> torch.Tensor:
     return p @ v
 
 
-def _silu_mul_ref(c: Case) -> torch.Tensor:
-    return torch.nn.functional.silu(c.logits.double()) * c.params[0].double()
-
-
 def _spec(name: str, forward, upstream: str | None, case_fn, reference=None) -> OpSpec:
     golden = exact._fixed(case_fn)
     return OpSpec(name, FAMILY, forward, upstream, golden, case_fn, SIZES, sizes=SIZES, reference=reference,
@@ -54,8 +50,6 @@ SPECS = (
     _spec(
         "attention.grad_kv", lambda kv, c: exact._attention_kv_with(attention, kv, c), "elem", exact.attention_kv_case
     ),
-    _spec("silu_mul", lambda g, c: silu_mul(g, c.params[0]), "elem", exact.silu_case, _silu_mul_ref),
-    _spec("silu_mul.up", lambda u, c: silu_mul(c.params[0], u), "elem", exact.silu_up_case),
 )
 
 

@@ -53,11 +53,8 @@ def _gemm_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
-    SEG_K: tl.constexpr = 0,
 ):
-    """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending.
-    SEG_K > 0 (C fp32): C += the K segments' products, each from +0 over SEG_K columns of A, added to C in
-    order: the same sums as one call per segment each added to C (the fused head's dHidden)."""
+    """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -75,42 +72,22 @@ def _gemm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k0
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + cols).to(tl.float32)[None, :]
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
-    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SEG_K > 0:
-        # C is read and written back once per segment (a second fp32 tile held across the K loop would spill).
-        for s0 in range(0, K, SEG_K):
-            # The segment's K loop is a whole call's (SEG_K a multiple of BLOCK_K: its tail masked alike).
-            seg_end = tl.minimum(s0 + SEG_K, K)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for k0 in range(s0, seg_end, BLOCK_K):
-                if EVEN_K:
-                    a = tl.load(a_ptrs)
-                    b = tl.load(b_ptrs)
-                else:
-                    k_left = seg_end - k0
-                    a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                    b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-                acc = tl.dot(a, b, acc, input_precision="ieee")
-                a_ptrs += BLOCK_K * stride_ak
-                b_ptrs += BLOCK_K * stride_bk
-            tl.store(c_ptrs, tl.load(c_ptrs, mask=c_mask, other=0.0) + acc, mask=c_mask)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            if EVEN_K:
-                a = tl.load(a_ptrs)
-                b = tl.load(b_ptrs)
-            else:
-                k_left = K - k0
-                a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-                b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-            acc = tl.dot(a, b, acc, input_precision="ieee")
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-        if HAS_BIAS:
-            acc = acc + tl.load(bias_ptr + cols).to(tl.float32)[None, :]
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @_jit(do_not_specialize=["M"])
@@ -129,22 +106,13 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 
 # ---- launches -------------------------------------------------------------------------------------
 def _launch_gemm(
-    a: torch.Tensor,
-    b_strides: tuple[int, int],
-    b: torch.Tensor,
-    n: int,
-    cfg: dict,
-    bias=None,
-    out_dtype=None,
-    into: torch.Tensor | None = None,
-    seg_k: int = 0,
+    a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None
 ):
     """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
-    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]) with seg_k: into += the products of
-    a's K segments of seg_k columns, in order (the kernel's SEG_K)."""
+    a's dtype; fp32 stores the accumulator unrounded)."""
     m, k = a.shape
-    c = into if into is not None else torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
-    if m == 0 or n == 0 or (into is not None and k == 0):
+    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
+    if m == 0 or n == 0:
         return c
     if k == 0:
         return c.copy_(bias.expand(m, n)) if bias is not None else c.zero_()
@@ -170,7 +138,6 @@ def _launch_gemm(
         BLOCK_N=bn,
         BLOCK_K=bk,
         GROUP_M=cfg["group_m"],
-        SEG_K=seg_k,
         num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"],
         **cfg["launch"],
@@ -196,28 +163,6 @@ def grad_x_2d(
     k = weight.shape[1]
     cfg = cfg or config_for("linear_dx", target_of(dy.device), m=m, n=k, k=n)
     return _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, out_dtype=out_dtype)
-
-
-def grad_x_into(dy: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, chunk: int) -> None:
-    """out [M, K] (fp32) += dY [M, N] @ weight [N, K], dY's columns in chunks of `chunk` added left to right, each
-    chunk's product the unrounded accumulator grad_x_2d(chunk, out_dtype=fp32) gives: one launch for what the
-    fused head did as one grad_x_2d and one add per chunk, with the same bits."""
-    m, n = dy.shape
-    k = weight.shape[1]
-    if out.dtype != torch.float32 or tuple(out.shape) != (m, k) or not out.is_contiguous():
-        raise ValueError(f"rl_kernel.fast: grad_x_into: out must be a contiguous fp32 [{m}, {k}], got "
-                         f"{out.dtype} {tuple(out.shape)}")  # fmt: skip
-    target = target_of(dy.device)
-    cfg = config_for("linear_dx", target, m=m, n=k, k=chunk)
-    full = n - n % chunk
-    tail = config_for("linear_dx", target, m=m, n=k, k=n - full) if full < n else cfg
-    if chunk % cfg["block_k"] or tail["block_k"] != cfg["block_k"]:  # a call per BLOCK_K, each the chunks' own
-        for at, width, c in ((0, full, cfg), (full, n - full, tail)):
-            if width:
-                _launch_gemm(dy.narrow(1, at, width), (weight.stride(0), weight.stride(1)), weight.narrow(0, at, width),
-                             k, c, into=out, seg_k=chunk)  # fmt: skip
-        return
-    _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, into=out, seg_k=chunk)
 
 
 def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
