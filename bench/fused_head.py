@@ -74,7 +74,7 @@ def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
         out[f"{tier}: fused == unfused entropy"] = bits_equal(fused[1], unfused[1])
         out[f"{tier}: fused == unfused dWeight"] = bits_equal(fused[3], unfused[3])
         out[f"{tier}: fused dHidden run to run"] = bits_equal(outputs(C.head(tier), h, w, t)[2], fused[2])
-        with head.one_chunk_per_call():  # the tier's wide calls (and its dX accumulation) against the plain walk
+        with head.one_chunk_per_call():  # the tier's wide calls against the plain walk
             narrow = outputs(C.head(tier), h, w, t)
         out[f"{tier}: fused == one chunk per call (log-probs, entropy, dHidden, dWeight)"] = all(
             bits_equal(a, b) for a, b in zip(fused, narrow, strict=True)

@@ -296,14 +296,12 @@ def test_built_rejects_a_library_without_device_code(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow(minutes=True)
-@pytest.mark.skipif(
-    not all(shutil.which(t) for t in ("nvcc", "cuobjdump", "fatbinary", "objcopy")),
-    reason="nvcc, cuobjdump, fatbinary or objcopy missing",
-)
 def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
     """--built on an object whose .nv_fatbin carries nvcc's sm_90 code of the exact kernels (the cubin of the PTX
     check: the same compile, kept by the cache; packed by fatbinary as nvcc packs it), through cuobjdump -sass:
     clean with --fmad=false; with --fmad=true it fails (FFMA)."""
+    missing = [t for t in ("nvcc", "cuobjdump", "fatbinary", "objcopy") if not shutil.which(t)]
+    require(f"the CUDA tools {', '.join(missing)}", not missing, "not on PATH (.ci/run installs them)")
     unit = compile_unit.write_unit(tmp_path)
     host = tmp_path / "empty.o"
     subprocess.run(["cc", "-x", "c", "-c", "-", "-o", str(host)], input="", text=True, check=True)

@@ -11,24 +11,29 @@ namespace rl {
 namespace {
 
 
-// One block per row (per node of a row: the grid's y), in launches of at most max_rows_per_launch()
-// rows (launch.h): launch i runs rows launch_first_row(i) ..., passed to the kernel as row0.
-template <class Kernel, class... Args>
-void launch_nodes(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
+// Rows in launches of at most max_rows_per_launch() rows (launch.h), `nodes` per row (the grid's y):
+// issue(first, n, grid_y) launches rows first .. first + n - 1.
+template <class Issue>
+void for_each_launch(int64_t rows, int64_t nodes, Issue&& issue) {
   if (rows == 0 || nodes == 0) return;
   RL_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
 #if defined(RL_MUTATIONS)
   sync_mutation();
 #endif
   const int64_t cap = max_rows_per_launch().load();
-  const int64_t n = launch_count(rows, cap);
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < launch_count(rows, cap); ++i) {
     const int64_t first = launch_first_row(i, cap);
-    const unsigned blocks = static_cast<unsigned>(launch_rows(rows, cap, i));
-    kernel<<<dim3(blocks, static_cast<unsigned>(nodes)), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first,
-                                                                                                         args...);
+    issue(first, rows - first < cap ? rows - first : cap, static_cast<unsigned>(nodes));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+}
+
+// One block per row (per node of a row: the grid's y); the kernel gets its launch's first row as row0.
+template <class Kernel, class... Args>
+void launch_nodes(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
+  for_each_launch(rows, nodes, [&](int64_t first, int64_t n, unsigned y) {
+    kernel<<<dim3(static_cast<unsigned>(n), y), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first, args...);
+  });
 }
 
 template <class Kernel, class... Args>
@@ -58,22 +63,13 @@ void launch_per_row(Kernel kernel, int64_t rows, Args... args) {
   launch_rows(kernel, rows, RL_BLOCK, args...);
 }
 
-// Warp w of block (x, y) is row 8x + w's node y (rows in launches of max_rows_per_launch(), as launch_nodes).
+// Warp w of block (x, y) is row 8x + w's node y; the kernel gets its launch's rows [row0, row_end).
 template <class Kernel, class... Args>
 void launch_warp_rows(Kernel kernel, int64_t rows, int64_t nodes, Args... args) {
-  if (rows == 0 || nodes == 0) return;
-  RL_CHECK(nodes <= 65535, "rl_kernel: ", nodes, " nodes per row (at most 65535)");
-#if defined(RL_MUTATIONS)
-  sync_mutation();
-#endif
-  const int64_t cap = max_rows_per_launch().load();
-  for (int64_t i = 0; i < launch_count(rows, cap); ++i) {
-    const int64_t first = launch_first_row(i, cap), n = rows - first < cap ? rows - first : cap;
+  for_each_launch(rows, nodes, [&](int64_t first, int64_t n, unsigned y) {
     const unsigned blocks = static_cast<unsigned>((n + RL_WARPS - 1) / RL_WARPS);
-    kernel<<<dim3(blocks, static_cast<unsigned>(nodes)), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(
-        first, first + n, args...);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+    kernel<<<dim3(blocks, y), RL_BLOCK, 0, at::cuda::getCurrentCUDAStream()>>>(first, first + n, args...);
+  });
 }
 
 // One warp per row (a row's equal parts joined).
