@@ -82,6 +82,11 @@ def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
     return out
 
 
+def host_side_of(call) -> dict:
+    """The host's time per call (no sync after it) and what it spends it on, for a synced time above the kernels'."""
+    return {"launch_s": timing.host({"call": call}, reps=3)["call"], "ops": timing.host_ops(call, reps=2)}
+
+
 def contenders(tiers=TIERS) -> dict:
     fns = {f"{tier} {kind}": C.head(tier, kind == "fused") for tier in tiers for kind in ("fused", "unfused")}
     fns[STOCK] = C.stock_head
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--tiers", default=",".join(TIERS), help="the rl_kernel tiers among the contenders")
     ap.add_argument("--kernels", action="store_true", help="each contender's device time per kernel (profiler)")
+    ap.add_argument("--host", action="store_true", help="each contender's host ops and runtime calls (profiler)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if gpu_missing("fused_head"):
@@ -127,8 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{k}: {sum(found.values()) * 1e3:.2f} ms of kernels")
         for name, s in sorted(found.items(), key=lambda kv: -kv[1])[:12]:
             print(f"  {s * 1e3:8.2f} ms  {name}")
+    host_side = {k: host_side_of(c) for k, c in calls.items()} if args.host else {}
+    for k, found in host_side.items():
+        print(f"\n{k}: {found['launch_s'] * 1e3:.2f} ms of host time per call; self CPU ms (calls) per call:")
+        for name, op in found["ops"].items():
+            print(f"  {op['self_cpu_s'] * 1e3:8.2f} ms ({op['count']:6.0f})  {name}")
     if args.json:
-        record = {"meta": environment(), "skipped": C.SKIPPED, "checks": checks, "rows": rows, "kernels": per_kernel}
+        record = {"meta": environment(), "skipped": C.SKIPPED, "checks": checks, "rows": rows, "kernels": per_kernel,
+                  "host": host_side}  # fmt: skip
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)
     return 0 if all(checks.values()) else 1

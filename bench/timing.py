@@ -132,6 +132,19 @@ def kernels(fn: Callable[[], object], reps: int = 50) -> dict[str, float]:
     return out
 
 
+def host_ops(fn: Callable[[], object], reps: int = 5, top: int = 15) -> dict[str, dict[str, float]]:
+    """The host's side of a call (torch.profiler's CPU activity): per op and runtime call (cudaLaunchKernel,
+    cudaStreamSynchronize, cudaMemcpyAsync...), its self CPU seconds and count per call, the `top` largest. Where a
+    synced time exceeds the sum of its kernels, this names what the host spent the gap on."""
+    prof = trace(fn, reps)
+    rows = {
+        e.key[:90]: {"self_cpu_s": e.self_cpu_time_total * 1e-6 / reps, "count": e.count / reps}
+        for e in prof.key_averages()
+        if e.self_cpu_time_total > 0
+    }
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]["self_cpu_s"])[:top])
+
+
 def trace(fn: Callable[[], object], calls: int = 1):
     """torch.profiler over `calls` calls of fn (the CPU's ops, and the device's kernels where there is a GPU), synced
     at the end; the profile, for a benchmark that attributes kernels itself (profile_step)."""
