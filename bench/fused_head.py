@@ -84,7 +84,8 @@ def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
 
 def host_side_of(call) -> dict:
     """The host's time per call (no sync after it) and what it spends it on, for a synced time above the kernels'."""
-    return {"launch_s": timing.host({"call": call}, reps=3)["call"], "ops": timing.host_ops(call, reps=2)}
+    return {"launch_s": timing.host({"call": call}, reps=3)["call"], "ops": timing.host_ops(call, reps=2),
+            "syncs": timing.syncs(call)}  # fmt: skip
 
 
 def contenders(tiers=TIERS) -> dict:
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{k}: {found['launch_s'] * 1e3:.2f} ms of host time per call; self CPU ms (calls) per call:")
         for name, op in found["ops"].items():
             print(f"  {op['self_cpu_s'] * 1e3:8.2f} ms ({op['count']:6.0f})  {name}")
+        for where, n in found["syncs"].items():
+            print(f"  host sync x{n}: {where}")
     if args.json:
         record = {"meta": environment(), "skipped": C.SKIPPED, "checks": checks, "rows": rows, "kernels": per_kernel,
                   "host": host_side}  # fmt: skip

@@ -113,6 +113,12 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
         res[name] = timing.both(step, reps, warmup=1)[name]
         res[f"{name}_peak_gb"] = peak_gb()
         print(f"{tier}: {name} {res[name]} peak {res[f'{name}_peak_gb']} GB", flush=True)
+        generate |= step
+    if args.syncs:
+        res["syncs"] = {stage: timing.syncs(fn) for stage, fn in generate.items()}
+        for stage, found in res["syncs"].items():
+            for where, n in found.items():
+                print(f"{tier}: {stage}: host sync x{n}: {where}", flush=True)
     model.eval()
     if tier != "stock":
         hf.unpatch(model)
@@ -133,6 +139,7 @@ def arguments(argv: list[str] | None):
     for name, default in sizes.items():
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--syncs", action="store_true", help="where each stage makes the host wait for the GPU")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     args.tiers = (args.tiers or ("stock,fast,exact" if timing.gpu() else "stock,exact")).split(",")

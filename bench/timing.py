@@ -145,6 +145,35 @@ def host_ops(fn: Callable[[], object], reps: int = 5, top: int = 15) -> dict[str
     return dict(sorted(rows.items(), key=lambda kv: -kv[1]["self_cpu_s"])[:top])
 
 
+def syncs(fn: Callable[[], object], depth: int = 3) -> dict[str, int]:
+    """Where one call of fn makes the host wait for the GPU: {the Python frames of each synchronising call (the
+    innermost `depth` outside torch, innermost first): how many times}, from torch.cuda's sync debug mode (a .item(),
+    a bool() of a device tensor, a copy of a pageable host tensor to the device...). Empty without a GPU."""
+    import traceback
+    import warnings
+
+    if not gpu():
+        return {}
+    found: dict[str, int] = {}
+
+    def seen(*_args, **_kwargs) -> None:
+        frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename and f.name != "syncs"]
+        where = " <- ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} {f.name}" for f in frames[::-1][:depth])
+        found[where] = found.get(where, 0) + 1
+
+    warm({"fn": fn}, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = seen
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    sync()
+    return found
+
+
 def trace(fn: Callable[[], object], calls: int = 1):
     """torch.profiler over `calls` calls of fn (the CPU's ops, and the device's kernels where there is a GPU), synced
     at the end; the profile, for a benchmark that attributes kernels itself (profile_step)."""

@@ -217,18 +217,12 @@ def _sum_ranks(plan: _Plan, mine: torch.Tensor) -> torch.Tensor:
     return total
 
 
-_CANONICAL_NAN = {
-    torch.bfloat16: torch.tensor(0x7FC0, dtype=torch.int16).view(torch.bfloat16),
-    torch.float16: torch.tensor(0x7E00, dtype=torch.int16).view(torch.float16),
-}
-
-
 def _round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """fp32 -> dtype, round to nearest even with the contract's canonical NaN (store_out)."""
     if dtype == torch.float32:
         return x
     y = x.to(dtype)
-    return torch.where(torch.isnan(x), _CANONICAL_NAN[dtype].to(y.device), y)
+    return torch.where(torch.isnan(x), rowtree.canonical_nan(dtype, y.device), y)
 
 
 class _Head(torch.autograd.Function):

@@ -10,6 +10,7 @@ rl_kernel.parallel (vocab-parallel ranks) and rl_kernel.head (the fused LM head)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,17 @@ from rl_kernel._validate import check_logits, check_same_device, check_tensor
 CHUNK = 8  # elements per leaf of the row tree (docs/numerics.md section 2)
 IGNORE = -100  # the ignore_index of every log-prob operator
 _MIN_NORMAL = 2.0**-126
-_CANONICAL_NAN = torch.tensor(0x7FC00000, dtype=torch.int32).view(torch.float32)
+_NAN_BITS = {torch.float32: (0x7FC00000, torch.int32), torch.bfloat16: (0x7FC0, torch.int16),
+             torch.float16: (0x7E00, torch.int16)}  # fmt: skip
+
+
+@functools.cache
+def canonical_nan(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The contract's canonical NaN, a 0-dim tensor of dtype on device, made once per (dtype, device): a CPU
+    constant moved to a GPU at every call is a host synchronisation each time (the fused head had three per call)."""
+    bits, as_int = _NAN_BITS[dtype]
+    return torch.tensor(bits, dtype=as_int, device=device).view(dtype)
+
 
 # exchange(t) -> [t of rank 0, t of rank 1, ...]: all-gather of equal-shaped tensors.
 Exchange = Callable[[torch.Tensor], list[torch.Tensor]]
@@ -164,7 +175,7 @@ def join_token_logprobs(
     for k, s in enumerate(slices):
         out = torch.where(s.owns(tokens), parts[k], out)
     vocab = slices[0].vocab_size
-    out = torch.where((tokens < 0) | (tokens >= vocab), _CANONICAL_NAN.to(out.device), out)
+    out = torch.where((tokens < 0) | (tokens >= vocab), canonical_nan(out.dtype, out.device), out)
     return torch.where(tokens == ignore_index, torch.zeros_like(out), out)
 
 
@@ -186,7 +197,7 @@ def logprob(x: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
     m, s, log_s = stats.unbind(-1)
     v = (x.float() - m) - log_s
     v = torch.where(v.abs() < _MIN_NORMAL, torch.zeros_like(v), v)
-    return torch.where(s >= 1.0, v, _CANONICAL_NAN.to(v.device))
+    return torch.where(s >= 1.0, v, canonical_nan(v.dtype, v.device))
 
 
 def padded(part: torch.Tensor, slices: Sequence[Slice], node_dim: int) -> torch.Tensor:
