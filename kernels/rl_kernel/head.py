@@ -196,7 +196,10 @@ def _add_dx(g: HeadGemms, plan: _Plan, d: torch.Tensor, w: torch.Tensor, dh: tor
     chunk = plan.chunk
     for at in range(0, d.shape[1], chunk):
         width = min(chunk, d.shape[1] - at)
-        dh += g.dx(d.narrow(1, at, width).contiguous(), w.narrow(0, at, width))
+        if g.dx_add is not None:
+            g.dx_add(d.narrow(1, at, width), w.narrow(0, at, width), dh)
+        else:
+            dh += g.dx(d.narrow(1, at, width).contiguous(), w.narrow(0, at, width))
 
 
 def span_of(g: HeadGemms, rows: int, chunk: int) -> int:

@@ -53,6 +53,8 @@ class HeadGemms:
 
     logits(h, w_chunk, b_chunk, rows) -> [N, C] in h's dtype (rows: the whole head's weight rows)
     dx(d, w_chunk) -> fp32 [N, H], the chunk's partial of dHidden, never rounded
+    dx_add(d, w_chunk, dh): dh += dx(d, w_chunk) in place, with the bits of that fp32 add (one kernel: the GEMM adds
+        its result to dh as it stores it); None: the head adds dx's result itself
     dw(d, h) -> [C, H];  db(d) -> [C]
     check(hidden, weight, bias): the tier's own argument checks (device, dtype, toolchain), or None
     call_elements: how many logits one call of the head's walk may hold (rows x columns); the walk then takes
@@ -65,6 +67,7 @@ class HeadGemms:
     db: Callable[..., Any]
     check: Callable[..., None] | None = None
     call_elements: int = 0
+    dx_add: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ Without Triton the Triton tests skip, except with CI=true, where a missing Trito
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -233,6 +234,12 @@ def _check_linear() -> dict[str, bool]:
         torch.equal(lin.grad_x_2d(dy[:r], w, out_dtype=torch.float32).view(torch.int32), dfull[:r].view(torch.int32))
         for r in (1, 7, 200)
     )
+    base = torch.randn(m, k, generator=g) * 4  # fp32 sums of both signs and magnitudes: each add rounds
+    into = base.clone()
+    lin.add_grad_x_2d(dy, w, into)
+    res["dX added as it is stored == base + the fp32 dX (bits)"] = torch.equal(
+        into.view(torch.int32), (base + dfull).view(torch.int32)
+    )
     res["fwd leading dims [3, 100, K]"] = _same(fast.linear(x.view(3, 100, k), w, b).view(m, n), y)
     res["fwd non-contiguous x"] = _same(fast.linear(x.t().contiguous().t(), w, b), y)
     dy = torch.randn(m, n, generator=g).bfloat16()
@@ -361,6 +368,13 @@ def _check_head() -> dict[str, bool]:
     res["the whole vocabulary in one call == a chunk per call (all outputs, bits)"] = all(
         _same(a, b) for a, b in zip(fused, narrow, strict=True)
     )
+    gemms = fast_head.gemms
+    fast_head.gemms = lambda: dataclasses.replace(gemms(), dx_add=None)  # the head adds each fp32 partial itself
+    try:
+        added = both(head.lm_head_logprobs, h, tok, vocab_chunk=128)
+    finally:
+        fast_head.gemms = gemms
+    res["dHidden: the dX kernel adding each chunk as it stores == the head adding it"] = _same(added[2], fused[2])
     part = both(head.lm_head_logprobs, h[3:7], tok[3:7], vocab_chunk=128)
     res["dHidden rows 3..6 alone == in the batch (bits)"] = _same(part[2], fused[2][3:7])
     res["log-probs rows 3..6 alone == in the batch (bits)"] = _same(part[0], fused[0][3:7])

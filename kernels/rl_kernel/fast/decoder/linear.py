@@ -48,13 +48,15 @@ def _gemm_kernel(
     stride_cm,
     stride_cn,
     HAS_BIAS: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending."""
+    """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending.
+    ACCUMULATE (an fp32 C): C = C + that result, one fp32 add per element as it is stored."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -87,7 +89,10 @@ def _gemm_kernel(
     if HAS_BIAS:
         acc = acc + tl.load(bias_ptr + cols).to(tl.float32)[None, :]
     c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if ACCUMULATE:
+        acc = tl.load(c_ptrs, mask=c_mask, other=0.0) + acc
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @_jit(do_not_specialize=["M"])
@@ -106,13 +111,14 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 
 # ---- launches -------------------------------------------------------------------------------------
 def _launch_gemm(
-    a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None
-):
+    a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None,
+    into: torch.Tensor | None = None,
+):  # fmt: skip
     """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
-    a's dtype; fp32 stores the accumulator unrounded)."""
+    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead."""
     m, k = a.shape
-    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
-    if m == 0 or n == 0:
+    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device) if into is None else into
+    if m == 0 or n == 0 or (k == 0 and into is not None):
         return c
     if k == 0:
         return c.copy_(bias.expand(m, n)) if bias is not None else c.zero_()
@@ -133,6 +139,7 @@ def _launch_gemm(
         c.stride(0),
         c.stride(1),
         HAS_BIAS=bias is not None,
+        ACCUMULATE=into is not None,
         EVEN_K=k % bk == 0,
         BLOCK_M=bm,
         BLOCK_N=bn,
@@ -163,6 +170,18 @@ def grad_x_2d(
     k = weight.shape[1]
     cfg = cfg or config_for("linear_dx", target_of(dy.device), m=m, n=k, k=n)
     return _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, out_dtype=out_dtype)
+
+
+def add_grad_x_2d(dy: torch.Tensor, weight: torch.Tensor, into: torch.Tensor, cfg: dict | None = None) -> None:
+    """into [M, K] (fp32) += dY [M, N] @ weight [N, K]: grad_x_2d's fp32 result added as it is stored, the bits of
+    `into + grad_x_2d(dy, weight, out_dtype=torch.float32)` without the partial's round trip through memory."""
+    m, n = dy.shape
+    k = weight.shape[1]
+    if into.dtype != torch.float32 or tuple(into.shape) != (m, k) or into.stride(1) != 1:
+        raise ValueError(f"add_grad_x_2d: into must be a row-major fp32 [{m}, {k}], got {into.dtype} "
+                         f"{tuple(into.shape)} strides {into.stride()}")  # fmt: skip
+    cfg = cfg or config_for("linear_dx", target_of(dy.device), m=m, n=k, k=n)
+    _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, into=into)
 
 
 def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
