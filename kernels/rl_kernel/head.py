@@ -145,14 +145,7 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     dws, dbs = [], []
     for s in plan.chunks(plan.me):
         z = _chunk_logits(g, plan, h, weight, bias, s)
-        d = None
-        if g_logp is not None:
-            tok = rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
-            d = ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
-        if g_ent is not None:
-            de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
-            d = de if d is None else d.add_(de)  # autograd's sum of the two uses of the logits
-            del de
+        d = _logit_grad(plan, s, z, tokens, stats, ent, g_logp, g_ent)
         z_dtype = z.dtype
         del z
         if d is None:
@@ -170,6 +163,19 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
         torch.cat(dws) if need[1] else None,
         torch.cat(dbs) if need[2] else None,
     )
+
+
+def _logit_grad(plan: _Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> torch.Tensor | None:
+    """The chunk's logit gradient: each used output's slice backward, summed as autograd sums the two uses of the
+    logits (in one pass where the kernel's rounding is torch's add: fp32 and bf16, not fp16)."""
+    tok = None if g_logp is None else rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
+    if g_logp is not None and g_ent is not None and z.dtype != torch.float16:
+        return ops.logprobs_entropy_backward_slice(g_logp, g_ent, z, tok, stats, ent, plan.ignore_index, s.valid)
+    d = None if g_logp is None else ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
+    if g_ent is not None:
+        de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
+        d = de if d is None else d.add_(de)
+    return d
 
 
 _ONE_CHUNK_PER_CALL = threading.local()

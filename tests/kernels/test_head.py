@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 
 import rl_kernel
 import rl_kernel.parallel as P
-from rl_kernel import head, inputs, tiers
+from rl_kernel import head, inputs, rowtree, tiers
 from rl_kernel.bitwise import bits_equal, diff
 
 IGNORE = -100
@@ -189,6 +189,42 @@ def run_logp_only(h, w, tok) -> torch.Tensor:
     wg = w.clone().requires_grad_()
     head.unfused(h, wg, tok).sum().backward()
     return wg.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=inputs.dtype_name)
+def test_one_pass_logit_gradient_is_autograds_sum_of_the_two(device, dtype) -> None:
+    """logprobs_entropy_backward_slice == token_logprobs_backward_slice + entropy_backward_slice as torch adds them
+    (each rounded to the logits' dtype, then added): on a slice with padding columns, an ignored token, a token of
+    another slice, a NaN row and masked (-inf) columns."""
+    from rl_kernel._library import ops
+
+    g = torch.Generator().manual_seed(11)
+    rows, width, valid = 7, 200, 193
+    z = (torch.randn(rows, width, generator=g) * 4).to(dtype)
+    z[2, 5] = float("nan")
+    z[3, :40] = float("-inf")
+    tok = torch.randint(0, valid, (rows,), generator=g)
+    tok[0], tok[1] = IGNORE, width + 3  # ignored; a token of another slice
+    z, tok = z.to(device), tok.to(device)
+    stats = ops.join_stats(*_one_node_per_row(z, valid))
+    ent = ops.join_sum(ops.node_entropy(z, stats, 0, valid, [6], [0]), stats, [6], [0])
+    g_logp, g_ent = (torch.randn(rows, generator=g).to(device) for _ in range(2))
+    both = ops.logprobs_entropy_backward_slice(g_logp, g_ent, z, tok, stats, ent, IGNORE, valid)
+    one = ops.token_logprobs_backward_slice(g_logp, z, tok, stats, IGNORE, valid)
+    other = ops.entropy_backward_slice(g_ent, z, stats, ent, valid)
+    summed = one + other  # NaN as the canonical NaN: torch's vectorised CPU bf16 add writes 0xffff
+    summed = torch.where(summed.isnan(), rowtree.canonical_nan(dtype, summed.device), summed)
+    assert bool(both[2, :valid].isnan().all()), "the NaN row"
+    assert_bits(both, summed, f"{dtype} one pass vs the two backwards added")
+    with pytest.raises(RuntimeError, match="fp32 or bf16 logits, got fp16"):
+        ops.logprobs_entropy_backward_slice(g_logp, g_ent, z.half(), tok, stats, ent, IGNORE, valid)
+
+
+def _one_node_per_row(z: torch.Tensor, valid: int) -> tuple[torch.Tensor, list[int], list[int]]:
+    """A slice of `valid` <= 256 columns as the row tree's one node of level 5 (256 columns): its statistics."""
+    from rl_kernel._library import ops
+
+    return ops.node_stats(z, 0, valid, [5], [0]), [5], [0]
 
 
 def test_the_public_name_is_the_fused_head() -> None:

@@ -103,6 +103,12 @@ def _entropy_backward_slice_fake(grad, logits, stats, entropy, valid):
     return torch.empty_like(logits)
 
 
+@register_fake("rl_kernel::logprobs_entropy_backward_slice")
+def _logprobs_entropy_backward_slice_fake(grad_logprobs, grad_entropy, logits, tokens, stats, entropy, ignore_index,
+                                          valid):  # fmt: skip
+    return torch.empty_like(logits)
+
+
 # ---- autograd and the public functions ---------------------------------------------------------
 class BitwiseLogSoftmax(torch.autograd.Function):
     """Drop-in for F.log_softmax(logits, dim) in a policy's forward; fp32 output."""

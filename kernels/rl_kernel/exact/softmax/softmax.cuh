@@ -79,6 +79,16 @@ RL_HD float entropy_grad(float g, float lp, float H) {
   return canonical(flush(g * w));
 }
 
+// A logit's gradient when both log-probs and entropy are used, as autograd sums the two: each slice gradient
+// stored in D, then torch's add of two D tensors (in float, rounded once to D: D::store's rounding for fp32 and
+// bf16; fp16 is refused by the op, as torch rounds half its own way). A NaN is the canonical NaN (torch's
+// vectorised CPU bf16 add writes 0xffff; every consumer of the head's gradient canonicalises or propagates it).
+template <class D>
+RL_HD typename D::storage autograd_sum(float a, float b) {
+  const typename D::storage sa = D::store(a), sb = D::store(b);
+  return D::store(D::load(&sa, 0) + D::load(&sb, 0));
+}
+
 // ============================ CPU reference ==================================
 // One row at a time: its leaves pushed left to right into a TreeStack (reduce.h),
 // then the fold. The GPU evaluates the same tree in another order (common/rowtree.cuh).
@@ -280,6 +290,29 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
   for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
     gin[r * V + i] = D::store(i < valid ? entropy_grad(g[r], logprob(D::load(row, i), st), H[r]) : 0.0f);
+}
+
+// Both slice backwards in one pass (the fused head's chunks when log-probs and entropy are both used): the bits of
+// token_logprobs_backward_slice + entropy_backward_slice as autograd adds them (autograd_sum).
+template <class D>
+__global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
+    logprobs_entropy_backward_slice_kernel(int64_t row0, const float* g, const float* ge,
+                                           const typename D::storage* x, int64_t row_stride, int64_t V,
+                                           int64_t valid, const int64_t* tokens, const float* stats, const float* H,
+                                           int64_t ignore_index, typename D::storage* gin) {
+  const int64_t r = row0 + RL_ROW;
+  const typename D::storage* row = x + r * row_stride;
+  const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
+  const int64_t tok = tokens[r];
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK) {
+    if (i >= valid) {
+      gin[r * V + i] = autograd_sum<D>(0.0f, 0.0f);
+      continue;
+    }
+    const float lp = logprob(D::load(row, i), st);
+    gin[r * V + i] = autograd_sum<D>(token_logprob_grad_slice(g[r], lp, i, tok, ignore_index),
+                                     entropy_grad(ge[r], lp, H[r]));
+  }
 }
 
 // ---- node kernels of the family: one warp per (row, node) (common/rowtree.cuh's node_stats_kernel

@@ -43,7 +43,10 @@ namespace rl {
                                                                    const float*, int64_t, D::storage*);          \
   template __global__ void entropy_backward_slice_kernel<D>(int64_t, const float*, const D::storage*, int64_t,   \
                                                             int64_t, int64_t, const float*, const float*,        \
-                                                            D::storage*);
+                                                            D::storage*);                                        \
+  template __global__ void logprobs_entropy_backward_slice_kernel<D>(                                             \
+      int64_t, const float*, const float*, const D::storage*, int64_t, int64_t, int64_t, const int64_t*,          \
+      const float*, const float*, int64_t, D::storage*);
 
 RL_INSTANTIATE_SOFTMAX(F32)
 RL_INSTANTIATE_SOFTMAX(BF16)

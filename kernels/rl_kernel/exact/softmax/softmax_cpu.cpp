@@ -147,6 +147,25 @@ struct CpuExec {
     });
   }
 
+  template <class D>
+  static void logprobs_entropy_backward_slice(const float* g, const float* ge, const typename D::storage* x,
+                                              const Rows& r, int64_t valid, const int64_t* tok, const float* stats,
+                                              const float* H, int64_t ignore, typename D::storage* gin) {
+    for_rows(r.n, [&](int64_t i) {
+      const auto* row = x + i * r.stride;
+      const RowStats st = get_stats(stats + 3 * i);
+      for (int64_t j = 0; j < r.v; ++j) {
+        if (j >= valid) {
+          gin[i * r.v + j] = autograd_sum<D>(0.0f, 0.0f);
+          continue;
+        }
+        const float lp = logprob(D::load(row, j), st);
+        gin[i * r.v + j] = autograd_sum<D>(token_logprob_grad_slice(g[i], lp, j, tok[i], ignore),
+                                           entropy_grad(ge[i], lp, H[i]));
+      }
+    });
+  }
+
   static void join_stats(const float* part, int64_t rows, const HostNodes& nodes, float* stats) {
     const NodeList nl = host_list(nodes);
     for_rows(rows, [&](int64_t i) { put_stats(stats + 3 * i, finish(join_stats_nodes(part + 2 * i * nl.n, nl))); });
@@ -184,6 +203,9 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
       "token_logprobs_backward_slice(Tensor grad, Tensor logits, Tensor tokens, Tensor stats, int ignore_index, "
       "int valid) -> Tensor");
   m.def("entropy_backward_slice(Tensor grad, Tensor logits, Tensor stats, Tensor entropy, int valid) -> Tensor");
+  m.def(
+      "logprobs_entropy_backward_slice(Tensor grad_logprobs, Tensor grad_entropy, Tensor logits, Tensor tokens, "
+      "Tensor stats, Tensor entropy, int ignore_index, int valid) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_softmax<rl::CpuExec>(m); }

@@ -213,6 +213,14 @@ struct GpuExec {
     launch(entropy_backward_slice_kernel<D>, r.n, g, x, r.stride, r.v, valid, stats, H, gin);
   }
 
+  template <class D>
+  static void logprobs_entropy_backward_slice(const float* g, const float* ge, const typename D::storage* x,
+                                              const Rows& r, int64_t valid, const int64_t* tok, const float* stats,
+                                              const float* H, int64_t ignore, typename D::storage* gin) {
+    launch(logprobs_entropy_backward_slice_kernel<D>, r.n, g, ge, x, r.stride, r.v, valid, tok, stats, H, ignore,
+           gin);
+  }
+
   static void join_stats(const float* part, int64_t rows, const HostNodes& nodes, float* stats) {
     if (nodes.levels.empty())
       return launch_per_warp(join_parts_stats_kernel, rows, part, nodes.n, nodes.uniform_level, stats);

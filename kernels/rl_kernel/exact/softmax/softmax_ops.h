@@ -249,6 +249,32 @@ at::Tensor entropy_backward_slice_op(const at::Tensor& grad, const at::Tensor& l
   });
 }
 
+// Both slice backwards summed as autograd sums them (softmax.cuh's autograd_sum): fp32 and bf16 logits only.
+template <class Exec>
+at::Tensor logprobs_entropy_backward_slice_op(const at::Tensor& grad_logprobs, const at::Tensor& grad_entropy,
+                                              const at::Tensor& logits, const at::Tensor& tokens,
+                                              const at::Tensor& stats, const at::Tensor& entropy,
+                                              int64_t ignore_index, int64_t valid) {
+  check_logits(logits, "logits");
+  RL_CHECK(logits.scalar_type() != at::kHalf,
+           "rl_kernel: logprobs_entropy_backward_slice takes fp32 or bf16 logits, got fp16 (torch rounds a half add "
+           "its own way): use token_logprobs_backward_slice + entropy_backward_slice");
+  check_tokens(logits, tokens);
+  check_valid(valid, logits);
+  const at::Tensor tok = tokens.reshape({-1}).contiguous();
+  const at::Tensor h = entropy.reshape({-1}).contiguous();
+  const at::Tensor ge = grad_entropy.to(at::kFloat).reshape({-1}).contiguous();
+  RL_CHECK(ge.numel() == tok.numel(), "rl_kernel: grad_entropy must have one value per row (", tok.numel(),
+           "), got ", ge.numel());
+  return row_backward<Exec>(grad_logprobs, logits, stats,
+                            [&](auto d, const Rows& x, const float* g, const float* st, auto* gin) {
+                              using D = decltype(d);
+                              Exec::template logprobs_entropy_backward_slice<D>(
+                                  g, ge.const_data_ptr<float>(), data_of<D>(x.t), x, valid,
+                                  tok.const_data_ptr<int64_t>(), st, h.const_data_ptr<float>(), ignore_index, gin);
+                            });
+}
+
 // ---- cutting the row: node values of a slice, and the join of every slice's nodes -------------
 // Nodes (levels[k], indices[k]) of the row's tree (reduce.h); the slice holds `valid` elements of
 // the row from global element 8 * chunk0. Each node must start inside the slice's valid chunks.
@@ -367,7 +393,8 @@ void impl_softmax(torch::Library& m) {
            &token_logprobs_backward_op<Exec>, "entropy", &entropy_op<Exec>, "entropy_backward",
            &entropy_backward_op<Exec>, "node_stats", &node_stats_op<Exec>, "node_entropy",
            &node_entropy_op<Exec>, "join_stats", &join_stats_op<Exec>, "join_sum", &join_sum_op<Exec>, "token_logprobs_backward_slice",
-           &token_logprobs_backward_slice_op<Exec>, "entropy_backward_slice", &entropy_backward_slice_op<Exec>);
+           &token_logprobs_backward_slice_op<Exec>, "entropy_backward_slice", &entropy_backward_slice_op<Exec>,
+           "logprobs_entropy_backward_slice", &logprobs_entropy_backward_slice_op<Exec>);
 }
 
 }  // namespace rl
