@@ -1,0 +1,216 @@
+"""A tier for every module of a process, at the aten level: `rl_kernel.mode(tier)` (this module's `mode`).
+
+`patch(model, tier=...)` swaps a Hugging Face model's layers for the tier's; it knows the families it was written
+for. The mode reaches code that knows nothing of rl_kernel (an engine's own model classes, a plain PyTorch module):
+for its duration the aten operators below are served by the tier's kernels through torch.library, in every thread
+of the process (the dispatcher is process-wide), on the devices the tier has kernels for:
+
+    with rl_kernel.mode("exact"):
+        logits = model(ids)          # every mm / addmm / bmm / log_softmax the model runs is the tier's
+        loss.backward()              # autograd's formulas call mm again: the tier's as well
+
+Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
+`linear` and `matmul` decompose into them) and `_log_softmax` with its backward. An mm is the tier's `linear` of
+the second operand's transpose, so `F.linear` under the mode gives `rl_kernel.linear`'s bits, forward and dX / dW
+(autograd's dW = x^T dy is a chain over the rows in order, the patch's products in the same order). What the mode
+cannot serve raises a ModeError naming the form (a scaled addmm, a dtype or device the tier lacks), never stock.
+
+Nesting: an inner mode serves until it exits, then the outer one again; `enable(tier)` / `disable()` are the
+pair for code that cannot be wrapped. Nothing stays registered after the last exit.
+
+`audit(fn)` runs fn under the mode and names every aten operator it ran that the mode did not serve and that can
+change bits with the batch (a reduction, a matrix product, an attention): what must still move to the tier before
+the model is covered (docs/architecture.md, "The mode").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rl_kernel import tiers
+
+# aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
+SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data")
+_DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# Operators whose result can depend on how a batch is cut (they reduce or contract): what an audit names when the
+# mode left them to stock. Matched on the operator's name, overload stripped.
+BATCH_VARIANT = re.compile(
+    r"^(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|matmul|linear|_?convolution|conv\w*|einsum|tensordot|"
+    r"sum|nansum|mean|nanmean|prod|amax|amin|max|min|var|std|var_mean|std_mean|norm|linalg_vector_norm|"
+    r"logsumexp|cumsum|cumprod|_softmax|_log_softmax|_softmax_backward_data|_log_softmax_backward_data|"
+    r"native_layer_norm|native_layer_norm_backward|_fused_rms_norm|_fused_rms_norm_backward|native_group_norm|"
+    r"native_batch_norm|_batch_norm\w*|embedding_dense_backward|index_add|scatter_add|scatter_reduce|"
+    r"index_reduce|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*|topk|sort|kthvalue)$"
+)
+
+
+class ModeError(ValueError):
+    """An operator the mode cannot serve exactly, named with the reason."""
+
+
+@dataclass
+class _Active:
+    tier: str
+    library: torch.library.Library
+
+
+_LOCK = threading.Lock()
+_STACK: list[_Active] = []
+
+
+def active() -> str | None:
+    """The tier the mode serves now (the innermost), or None."""
+    with _LOCK:
+        return _STACK[-1].tier if _STACK else None
+
+
+@contextlib.contextmanager
+def mode(tier: str = "exact") -> Iterator[None]:
+    """The tier's kernels for SERVED's aten operators, in the whole process, until the block exits."""
+    enable(tier)
+    try:
+        yield
+    finally:
+        disable()
+
+
+def enable(tier: str = "exact") -> None:
+    """Start serving SERVED's operators by `tier` (over any mode already on) until the matching disable()."""
+    t = tiers.get(tier)
+    library = torch.library.Library("aten", "IMPL")  # a process-wide override is the point
+    with warnings.catch_warnings():  # torch warns that a registered kernel is overridden: that is the intent
+        warnings.simplefilter("ignore")
+        served = _servers(t)
+        for key in sorted(set(_DEVICE_KEYS.values())):
+            mine = any(_DEVICE_KEYS[p] == key for p in t.platforms)
+            for name, serve in served.items():
+                library.impl(name, serve if mine else _refuse(t, name, key), key)
+    with _LOCK:
+        _STACK.append(_Active(t.name, library))
+
+
+def disable() -> None:
+    """Stop the innermost mode (the one before it serves again); an error when none is on."""
+    with _LOCK:
+        if not _STACK:
+            raise ModeError("rl_kernel.mode: disable() without an enabled mode")
+        top = _STACK.pop()
+    top.library._destroy()
+
+
+def _refuse(t: tiers.Tier, op: str, key: str) -> Callable:
+    def refuse(*_args, **_kwargs):
+        raise ModeError(f"rl_kernel.mode({t.name!r}): aten::{op} on {key.lower()}: the {t.name} tier runs on "
+                        f"{', '.join(t.platforms)}")  # fmt: skip
+
+    return refuse
+
+
+# ---- the operators, in the tier's kernels ------------------------------------------------------------------
+def _servers(t: tiers.Tier) -> dict[str, Callable]:
+    linear, log_softmax, log_softmax_backward = t.op("linear"), t.op("log_softmax"), t.op("log_softmax_backward")
+    dtypes = {_DTYPES[d] for d in t.dtypes}
+
+    def check(op: str, *tensors: torch.Tensor) -> None:
+        for x in tensors:
+            if x.dtype not in dtypes:
+                raise ModeError(f"rl_kernel.mode({t.name!r}): aten::{op} in {x.dtype}: the {t.name} tier has "
+                                f"{', '.join(t.dtypes)}")  # fmt: skip
+
+    def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():  # below autograd: aten's own formulas differentiate the product
+            return linear(a, b.t().contiguous(), bias)
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        check("mm", a, b)
+        return product(a, b)
+
+    def addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
+        check("addmm", bias, a, b)
+        if beta != 1 or alpha != 1:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): aten::addmm with beta={beta}, alpha={alpha}: only "
+                            "bias + a @ b (beta = alpha = 1) is a linear")  # fmt: skip
+        if bias.dim() == 2 and bias.shape[0] == 1:
+            bias = bias[0]
+        if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): aten::addmm with a bias of shape {tuple(bias.shape)}: "
+                            f"only a bias over the {b.shape[1]} columns is a linear's")  # fmt: skip
+        return product(a, b, bias.contiguous())
+
+    def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        check("bmm", a, b)
+        if a.shape[0] == 0:
+            return a.new_empty((0, a.shape[1], b.shape[2]))
+        return torch.stack([product(a[i], b[i]) for i in range(a.shape[0])])
+
+    def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+        check("_log_softmax", x)
+        with torch.no_grad():
+            out = log_softmax(x, dim)  # fp32, the contract's
+        return out if half_to_float else out.to(x.dtype)
+
+    def _log_softmax_backward_data(grad: torch.Tensor, out: torch.Tensor, dim: int, input_dtype) -> torch.Tensor:
+        check("_log_softmax_backward_data", grad, out)
+        with torch.no_grad():
+            return log_softmax_backward(grad, out.float(), dim, input_dtype)
+
+    served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
+              "_log_softmax_backward_data": _log_softmax_backward_data}  # fmt: skip
+    assert tuple(served) == SERVED
+    return served
+
+
+# ---- the audit: what a model still leaves to stock ---------------------------------------------------------
+@dataclass
+class Audit:
+    """Every aten operator a call ran under the mode, by name: served by the tier, left to stock though it can
+    change bits with the batch (`unserved`: the model is not covered while this is non-empty), or other (views,
+    elementwise arithmetic: no reduction order to fix)."""
+
+    tier: str
+    served: Counter = field(default_factory=Counter)
+    unserved: Counter = field(default_factory=Counter)
+    other: Counter = field(default_factory=Counter)
+
+    @property
+    def covered(self) -> bool:
+        return not self.unserved
+
+    def summary(self) -> str:
+        if self.covered:
+            return f"mode({self.tier!r}) covers it: {sum(self.served.values())} served calls, none left to stock"
+        named = ", ".join(f"aten::{n} x{c}" for n, c in self.unserved.most_common())
+        return f"mode({self.tier!r}) leaves to stock, batch-variant: {named}"
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, audit: Audit) -> None:
+        super().__init__()
+        self.audit = audit
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name.startswith("aten::"):
+            op = name[len("aten::") :]
+            kind = "served" if op in SERVED else "unserved" if BATCH_VARIANT.match(op) else "other"
+            getattr(self.audit, kind)[op] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def audit(fn: Callable[[], object], tier: str = "exact") -> Audit:
+    """Run fn (a forward and backward, say) under mode(tier) and record every aten operator it runs."""
+    found = Audit(tiers.get(tier).name)
+    with mode(tier), _Recorder(found):
+        fn()
+    return found

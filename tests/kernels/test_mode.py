@@ -1,0 +1,183 @@
+"""rl_kernel.mode(tier) (rl_kernel.aten_mode): the tier's kernels for aten's matrix products and
+log_softmax in code that knows nothing of rl_kernel; nothing left registered after it; its audit names what a model
+still leaves to stock."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import rl_kernel
+from rl_kernel import aten_mode as M
+from rl_kernel.bitwise import bits_equal, diff
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    assert a.shape == b.shape and bits_equal(a, b), f"{what}: {diff(a, b).summary()}"
+
+
+def operands(dtype: torch.dtype, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 9, 300, generator=g).to(dtype)  # K = 300: a BLAS sums it in another order than one chain
+    w = (torch.randn(70, 300, generator=g) * 0.1).to(dtype)
+    return x, w, torch.randn(2, 9, 70, generator=g).to(dtype)
+
+
+def linear_grads(fn, x, w, dy):
+    xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+    y = fn(xg, wg)
+    y.backward(dy)
+    return y, xg.grad, wg.grad
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_linear_under_the_mode_is_the_tiers_linear_forward_and_backward(dtype) -> None:
+    x, w, dy = operands(dtype)
+    want = linear_grads(rl_kernel.linear, x, w, dy)
+    with rl_kernel.mode("exact"):  # the public name
+        got = linear_grads(F.linear, x, w, dy)
+    for name, a, b in zip(("y", "dx", "dW"), got, want, strict=True):
+        same(a, b, f"{dtype} {name}")
+
+
+def test_nothing_stays_after_the_mode_even_when_the_block_raises() -> None:
+    x, w, _ = operands(torch.float32)
+    stock = torch.mm(x[0], w.t())
+    with M.mode("exact"):
+        served = torch.mm(x[0], w.t())
+    assert not bits_equal(served, stock), "the case must tell the tier's mm from stock's"
+    with pytest.raises(KeyError), M.mode("exact"):
+        raise KeyError("inside")
+    same(torch.mm(x[0], w.t()), stock, "mm after the mode")
+    assert M.active() is None
+
+
+def test_an_inner_mode_hands_back_to_the_outer_one() -> None:
+    x, w, _ = operands(torch.float32)
+    exact = rl_kernel.linear(x[0], w)
+    with M.mode("exact"):
+        with M.mode("exact"):
+            assert M.active() == "exact"
+        same(torch.mm(x[0], w.t()), exact, "mm after the inner mode, inside the outer")
+    assert M.active() is None
+    M.enable("exact")
+    try:
+        same(torch.mm(x[0], w.t()), exact, "mm between enable() and disable()")
+    finally:
+        M.disable()
+    with pytest.raises(M.ModeError, match="without an enabled mode"):
+        M.disable()
+
+
+def test_the_mode_is_the_whole_process() -> None:
+    """torch's dispatcher is process-wide: a thread started inside the block computes with the tier."""
+    x, w, _ = operands(torch.float32)
+    found = {}
+    with M.mode("exact"):
+        worker = threading.Thread(target=lambda: found.setdefault("y", torch.mm(x[0], w.t())))
+        worker.start()
+        worker.join()
+    same(found["y"], rl_kernel.linear(x[0], w), "mm in another thread")
+
+
+def test_addmm_and_bmm_are_linears() -> None:
+    x, w, _ = operands(torch.float32)
+    b = torch.randn(70, generator=torch.Generator().manual_seed(5))
+    with M.mode("exact"):
+        biased = F.linear(x[0], w, b)  # 2-D with a bias: aten::addmm
+        batched = torch.bmm(x, w.t().expand(2, 300, 70))
+        alone = torch.bmm(x[1:], w.t().expand(1, 300, 70))
+    same(biased, rl_kernel.linear(x[0], w, b), "addmm")
+    same(batched, rl_kernel.linear(x, w), "bmm")
+    same(alone[0], batched[1], "bmm: a batch of one == that item in a batch of two")
+
+
+def test_log_softmax_and_its_backward_are_the_tiers() -> None:
+    g = torch.Generator().manual_seed(2)
+    z, gz = torch.randn(4, 1000, generator=g) * 5, torch.randn(4, 1000, generator=g)
+    zg, ref = z.clone().requires_grad_(), z.clone().requires_grad_()
+    with M.mode("exact"):
+        out = F.log_softmax(zg, dim=-1)
+        out.backward(gz)
+    want = rl_kernel.log_softmax(ref)
+    want.backward(gz)
+    same(out, want, "log_softmax")
+    same(zg.grad, ref.grad, "log_softmax backward")
+
+
+def test_what_the_tier_cannot_serve_is_refused_by_name() -> None:
+    x, w, _ = operands(torch.float32)
+    with M.mode("exact"):
+        with pytest.raises(M.ModeError, match="beta=2, alpha=1"):
+            torch.addmm(torch.zeros(70), x[0], w.t(), beta=2)
+        with pytest.raises(M.ModeError, match=r"aten::mm in torch.float64: the exact tier has fp32, bf16, fp16"):
+            torch.mm(x[0].double(), w.t().double())
+        with pytest.raises(M.ModeError, match=r"bias of shape \(9, 70\)"):
+            torch.addmm(torch.zeros(9, 70), x[0], w.t())
+    assert M.active() is None
+    with pytest.raises(Exception, match="tier 'no-such-tier' is not available"):
+        M.enable("no-such-tier")
+    assert M.active() is None
+
+
+def test_a_device_the_tier_has_no_kernels_for_is_refused() -> None:
+    """The fast tier (GPU only) under the mode: a CPU matrix product is an error naming the tier's platforms."""
+    x, w, _ = operands(torch.bfloat16)
+    with M.mode("fast"), pytest.raises(M.ModeError, match=r"aten::mm on cpu: the fast tier runs on cuda, rocm"):
+        torch.mm(x[0], w.t())
+    assert M.active() is None
+
+
+class PlainModel(torch.nn.Module):
+    """An engine's own model class, in plain PyTorch (no transformers, no rl_kernel): two linears and a norm."""
+
+    def __init__(self, norm: bool) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(9)
+        self.up = torch.nn.Parameter(torch.randn(64, 32, generator=g) * 0.2)
+        self.down = torch.nn.Parameter(torch.randn(50, 64, generator=g) * 0.2)
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(F.linear(x, self.up))
+        if self.norm:  # RMSNorm as a user writes it: a mean over the last dim, left to stock by the mode
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return F.log_softmax(F.linear(h, self.down), dim=-1)
+
+
+def step(model: torch.nn.Module, loss_over_the_batch: bool = False):
+    """A forward and backward: from a fixed gradient of the log-probs (no reduction outside the model), or from a
+    loss that reduces over the batch (left to stock)."""
+    g = torch.Generator().manual_seed(1)
+    x, grad = torch.randn(6, 32, generator=g), torch.randn(6, 50, generator=g)
+
+    def run() -> None:
+        model.zero_grad()
+        lp = model(x)
+        if loss_over_the_batch:
+            lp.sum(0).max().backward()
+        else:
+            lp.backward(grad)
+
+    return run
+
+
+def test_the_audit_covers_a_model_of_served_operators_only() -> None:
+    found = M.audit(step(PlainModel(norm=False)))
+    assert found.covered, found.summary()
+    assert {"mm", "_log_softmax", "_log_softmax_backward_data"} <= set(found.served)
+
+
+def test_the_audit_names_each_operator_left_to_stock() -> None:
+    """Negative controls: a user's RMSNorm (mean) and a loss that sums over the batch are named."""
+    norm = M.audit(step(PlainModel(norm=True)))
+    assert not norm.covered and "mean" in norm.unserved, norm.summary()
+    assert "aten::mean" in norm.summary()
+    loss = M.audit(step(PlainModel(norm=False), loss_over_the_batch=True))
+    assert not loss.covered and {"sum", "max"} & set(loss.unserved), loss.summary()
+    assert M.active() is None
