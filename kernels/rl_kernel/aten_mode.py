@@ -10,7 +10,8 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
         loss.backward()              # autograd's formulas call mm again: the tier's as well
 
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
-`linear` and `matmul` decompose into them) and `_log_softmax` with its backward. An mm is the tier's `linear` of
+`linear` and `matmul` decompose into them), `_log_softmax` with its backward, and `scaled_dot_product_attention`
+as the tier's `attention` where the mask is a key range per row (key_ranges). An mm is the tier's `linear` of
 the second operand's transpose, so `F.linear` under the mode gives `rl_kernel.linear`'s bits, forward and dX / dW
 (autograd's dW = x^T dy is a chain over the rows in order, the patch's products in the same order). What the mode
 cannot serve raises a ModeError naming the form (a scaled addmm, a dtype or device the tier lacks), never stock.
@@ -39,7 +40,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rl_kernel import tiers
 
 # aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
-SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data")
+SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "scaled_dot_product_attention")
+ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -95,7 +97,9 @@ def enable(tier: str = "exact") -> None:
         for key in sorted(set(_DEVICE_KEYS.values())):
             mine = any(_DEVICE_KEYS[p] == key for p in t.platforms)
             for name, serve in served.items():
-                library.impl(name, serve if mine else _refuse(t, name, key), key)
+                keys = (key, f"Autograd{key}") if name in ABOVE_AUTOGRAD else (key,)
+                for k in keys:
+                    library.impl(name, serve if mine else _refuse(t, name, key), k)
     with _LOCK:
         _STACK.append(_Active(t.name, library))
 
@@ -166,9 +170,63 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
             return log_softmax_backward(grad, out.float(), dim, input_dtype)
 
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
-              "_log_softmax_backward_data": _log_softmax_backward_data}  # fmt: skip
+              "_log_softmax_backward_data": _log_softmax_backward_data,
+              "scaled_dot_product_attention": _sdpa_server(t, check)}  # fmt: skip
     assert tuple(served) == SERVED
     return served
+
+
+# ---- attention: SDPA is a composite above autograd, so it is served at the autograd keys (and the backend keys,
+# for inference mode) by the tier's attention, whose own autograd differentiates it -------------------------------
+def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
+    attention = t.op("attention")
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        check("scaled_dot_product_attention", q, k, v)
+        if dropout_p:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention with dropout_p={dropout_p}: "
+                            "dropout draws from torch's generator, not the tier's")  # fmt: skip
+        if q.dim() != 4:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention on {q.dim()}-d q: the tier "
+                            "takes [batch, heads, len, head_dim]")  # fmt: skip
+        q_pos, k_start = key_ranges(q, k, attn_mask, is_causal, t.name)
+        return attention(q, k, v, q_pos, k_start, scale)
+
+    return sdpa
+
+
+def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:
+    """SDPA's mask as the tier's attention states it: query row t of sequence b sees keys k_start[b] .. q_pos[b, t].
+    Causal (top-left, as SDPA's is_causal), none (every key) and a boolean or 0/-inf mask of that form (a left
+    padding under a causal mask, the same for every head) are served; any other mask is refused by name."""
+    b, tq, s = q.shape[0], q.shape[2], k.shape[2]
+    cols = torch.arange(s, device=q.device)
+    if attn_mask is None:
+        rows = torch.arange(tq, device=q.device) if is_causal else torch.full((tq,), s - 1, device=q.device)
+        return rows.expand(b, tq).contiguous(), torch.zeros(b, dtype=torch.int64, device=q.device)
+    if attn_mask.dtype == torch.bool:
+        seen = attn_mask
+    elif bool(((attn_mask == 0) | (attn_mask == float("-inf"))).all()):
+        seen = attn_mask == 0
+    else:
+        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with an additive mask of "
+                        "values other than 0 and -inf (a bias, ALiBi): the tier's attention has none")  # fmt: skip
+    while seen.dim() < 4:
+        seen = seen.unsqueeze(0)
+    seen = seen.expand(b, seen.shape[1], tq, s)
+    if not bool((seen == seen[:, :1]).all()):
+        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that differs by head")
+    seen = seen[:, 0]
+    some = seen.any(-1)
+    first = torch.where(seen, cols, s).amin(-1)
+    k_start = torch.where(some, first, s).amin(-1).clamp(max=s - 1)
+    q_pos = torch.where(some, torch.where(seen, cols, -1).amax(-1), k_start[:, None] - 1)
+    rebuilt = (cols >= k_start[:, None, None]) & (cols <= q_pos[:, :, None])
+    if not torch.equal(rebuilt, seen):
+        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that is not a key range "
+                        "k_start[b] .. q_pos[b, t] per row (packed sequences, sliding windows, bidirectional "
+                        "blocks): the tier's attention cannot state it")  # fmt: skip
+    return q_pos.contiguous(), k_start.contiguous()
 
 
 # ---- the audit: what a model still leaves to stock ---------------------------------------------------------

@@ -133,6 +133,72 @@ def test_a_device_the_tier_has_no_kernels_for_is_refused() -> None:
     assert M.active() is None
 
 
+def qkv(dtype: torch.dtype = torch.float32, b: int = 3, t: int = 11):
+    g = torch.Generator().manual_seed(4)
+    q = torch.randn(b, 4, t, 16, generator=g).to(dtype)
+    k, v = (torch.randn(b, 2, t, 16, generator=g).to(dtype) for _ in range(2))
+    return q, k, v
+
+
+def attention_grads(fn, q, k, v, grad):
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = fn(*leaves)
+    out.backward(grad)
+    return out, *(x.grad for x in leaves)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_causal_sdpa_is_the_tiers_attention_forward_and_backward(dtype) -> None:
+    q, k, v = qkv(dtype)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(6)).to(dtype)
+    b, t = q.shape[0], q.shape[2]
+    rows, starts = torch.arange(t).expand(b, t).contiguous(), torch.zeros(b, dtype=torch.int64)
+    want = attention_grads(lambda *x: rl_kernel.attention(*x, rows, starts), q, k, v, grad)
+    with rl_kernel.mode("exact"):
+        got = attention_grads(lambda *x: F.scaled_dot_product_attention(*x, is_causal=True, enable_gqa=True),
+                              q, k, v, grad)  # fmt: skip
+        with torch.inference_mode():  # below autograd: the backend keys serve it too
+            inferred = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    for name, a, w in zip(("out", "dq", "dk", "dv"), got, want, strict=True):
+        same(a, w, f"{dtype} causal {name}")
+    same(inferred, want[0], f"{dtype} causal, inference mode")
+
+
+def test_a_left_padded_causal_mask_is_the_tiers_key_ranges() -> None:
+    """HF's padded batch: row t of sequence b sees keys pad[b] .. t; a sequence alone == in the padded batch."""
+    q, k, v = qkv()
+    t = q.shape[2]
+    pad = torch.tensor([0, 3, 7])
+    cols = torch.arange(t)
+    mask = (cols[None, None, :] <= cols[None, :, None]) & (cols[None, None, :] >= pad[:, None, None])
+    for form in (mask[:, None], torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))[:, None]):
+        with rl_kernel.mode("exact"):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=form, enable_gqa=True)
+        rows = torch.where(cols >= pad[:, None], cols, pad[:, None] - 1)
+        same(out, rl_kernel.attention(q, k, v, rows, pad), f"padded {form.dtype} mask")
+    with rl_kernel.mode("exact"):
+        alone = F.scaled_dot_product_attention(q[2:, :, 7:], k[2:, :, 7:], v[2:, :, 7:], is_causal=True,
+                                               enable_gqa=True)  # fmt: skip
+    same(alone, out[2:, :, 7:], "the third sequence alone (unpadded) == in the padded batch")
+
+
+def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
+    q, k, v = qkv()
+    window = torch.ones(11, 11, dtype=torch.bool).tril() & ~torch.ones(11, 11, dtype=torch.bool).tril(-4)
+    biased = torch.randn(11, 11)
+    cases = [
+        (dict(attn_mask=window), "not a key range"),  # a sliding window: the first visible key moves with the row
+        (dict(attn_mask=biased), "values other than 0 and -inf"),
+        (dict(is_causal=True, dropout_p=0.1), "dropout_p=0.1"),
+    ]
+    with rl_kernel.mode("exact"):
+        for kwargs, words in cases:
+            with pytest.raises(M.ModeError, match=words):
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
+    stock = F.scaled_dot_product_attention(q, k, v, attn_mask=window, enable_gqa=True)  # after the mode: stock
+    assert stock.shape == q.shape
+
+
 class PlainModel(torch.nn.Module):
     """An engine's own model class, in plain PyTorch (no transformers, no rl_kernel): two linears and a norm."""
 
