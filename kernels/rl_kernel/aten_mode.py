@@ -10,8 +10,9 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
         loss.backward()              # autograd's formulas call mm again: the tier's as well
 
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
-`linear` and `matmul` decompose into them), `_log_softmax` with its backward, and `scaled_dot_product_attention`
-as the tier's `attention` where the mask is a key range per row (key_ranges). An mm is the tier's `linear` of
+`linear` and `matmul` decompose into them), `_log_softmax` with its backward, `scaled_dot_product_attention`
+as the tier's `attention` where the mask is a key range per row (key_ranges), and the embedding's weight gradient
+(`embedding_dense_backward`) as the tier's fixed-order sum. An mm is the tier's `linear` of
 the second operand's transpose, so `F.linear` under the mode gives `rl_kernel.linear`'s bits, forward and dX / dW
 (autograd's dW = x^T dy is a chain over the rows in order, the patch's products in the same order). What the mode
 cannot serve raises a ModeError naming the form (a scaled addmm, a dtype or device the tier lacks), never stock.
@@ -40,7 +41,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rl_kernel import tiers
 
 # aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
-SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "scaled_dot_product_attention")
+SERVED = (
+    "mm",
+    "addmm",
+    "bmm",
+    "_log_softmax",
+    "_log_softmax_backward_data",
+    "scaled_dot_product_attention",
+    "embedding_dense_backward",
+)
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -113,6 +122,15 @@ def disable() -> None:
     top.library._destroy()
 
 
+def _embedding_grad(t: tiers.Tier) -> Callable:
+    """The weight gradient behind the tier's `embedding` (its module's embedding_grad: the exact tier's fixed-order
+    sum, the fast tier's through its fallback)."""
+    import importlib
+
+    embedding = t.op("embedding")
+    return importlib.import_module(embedding.__module__).embedding_grad
+
+
 def _refuse(t: tiers.Tier, op: str, key: str) -> Callable:
     def refuse(*_args, **_kwargs):
         raise ModeError(f"rl_kernel.mode({t.name!r}): aten::{op} on {key.lower()}: the {t.name} tier runs on "
@@ -124,6 +142,7 @@ def _refuse(t: tiers.Tier, op: str, key: str) -> Callable:
 # ---- the operators, in the tier's kernels ------------------------------------------------------------------
 def _servers(t: tiers.Tier) -> dict[str, Callable]:
     linear, log_softmax, log_softmax_backward = t.op("linear"), t.op("log_softmax"), t.op("log_softmax_backward")
+    embedding_grad = _embedding_grad(t)
     dtypes = {_DTYPES[d] for d in t.dtypes}
 
     def check(op: str, *tensors: torch.Tensor) -> None:
@@ -169,9 +188,18 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
         with torch.no_grad():
             return log_softmax_backward(grad, out.float(), dim, input_dtype)
 
+    def embedding_dense_backward(grad, ids, num_weights: int, padding_idx: int, scale_grad_by_freq: bool):
+        check("embedding_dense_backward", grad)
+        if scale_grad_by_freq:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): embedding backward with scale_grad_by_freq: the tier's "
+                            "embedding gradient sums each token's positions unscaled")  # fmt: skip
+        shape = torch.Size((num_weights, grad.shape[-1]))
+        return embedding_grad(ids, grad, shape, None if padding_idx < 0 else padding_idx)
+
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data,
-              "scaled_dot_product_attention": _sdpa_server(t, check)}  # fmt: skip
+              "scaled_dot_product_attention": _sdpa_server(t, check),
+              "embedding_dense_backward": embedding_dense_backward}  # fmt: skip
     assert tuple(served) == SERVED
     return served
 

@@ -199,6 +199,23 @@ def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
     assert stock.shape == q.shape
 
 
+def test_the_embeddings_weight_gradient_is_the_tiers() -> None:
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(0, 20, (4, 30), generator=g)  # every token many times
+    # bf16: stock adds in bf16 (each add rounded), the tier in fp32 rounded once, so the two differ here
+    weight, grad = torch.randn(20, 16, generator=g).bfloat16(), (torch.randn(4, 30, 16, generator=g) * 100).bfloat16()
+    stock = weight.clone().requires_grad_()
+    F.embedding(ids, stock, padding_idx=3).backward(grad)
+    wg, ref = weight.clone().requires_grad_(), weight.clone().requires_grad_()
+    with rl_kernel.mode("exact"):
+        F.embedding(ids, wg, padding_idx=3).backward(grad)
+        with pytest.raises(M.ModeError, match="scale_grad_by_freq"):
+            F.embedding(ids, weight.clone().requires_grad_(), scale_grad_by_freq=True).backward(grad)
+    rl_kernel.embedding(ids, ref, padding_idx=3).backward(grad)
+    same(wg.grad, ref.grad, "embedding weight gradient")
+    assert not bits_equal(stock.grad, ref.grad), "the case must tell the tier's gradient from stock's"
+
+
 class PlainModel(torch.nn.Module):
     """An engine's own model class, in plain PyTorch (no transformers, no rl_kernel): two linears and a norm."""
 
