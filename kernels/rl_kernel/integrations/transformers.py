@@ -75,8 +75,17 @@ def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor
     """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype, from the contract's sin_cos (the
     tables stay fp32 until this last cast, in every tier)."""
     L = self._rl_layers
-    cos, sin = L.rope_table(position_ids.to(torch.int64).contiguous(), self._rl_inv_freq.to(position_ids.device))
+    cos, sin = L.rope_table(position_ids.to(torch.int64).contiguous(), _inv_freq_on(self, position_ids.device))
     return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
+
+
+def _inv_freq_on(module: nn.Module, device: torch.device) -> torch.Tensor:
+    """The rotary frequencies on `device`, copied there once (a copy per forward was a host sync per decode step)."""
+    kept = module.__dict__.get("_rl_inv_freq_on")
+    if kept is None or kept.device != device:
+        kept = module._rl_inv_freq.to(device)
+        module.__dict__["_rl_inv_freq_on"] = kept
+    return kept
 
 
 _FORWARDS: dict[str, Callable] = {
@@ -267,6 +276,7 @@ def unpatch(model: nn.Module) -> nn.Module:
         if original is not None:
             module.__class__ = original
             module.__dict__.pop("_rl_inv_freq", None)
+            module.__dict__.pop("_rl_inv_freq_on", None)
     del state["base"].forward
     model.config._attn_implementation = state["attn"]
     delattr(model, _STATE)

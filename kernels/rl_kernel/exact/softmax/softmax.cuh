@@ -81,8 +81,9 @@ RL_HD float entropy_grad(float g, float lp, float H) {
 
 // A logit's gradient when both log-probs and entropy are used, as autograd sums the two: each slice gradient
 // stored in D, then torch's add of two D tensors (in float, rounded once to D: D::store's rounding for fp32 and
-// bf16; fp16 is refused by the op, as torch rounds half its own way). A NaN is the canonical NaN (torch's
-// vectorised CPU bf16 add writes 0xffff; every consumer of the head's gradient canonicalises or propagates it).
+// bf16; fp16 is refused by the op, as torch rounds half its own way). Only a NaN's payload may differ from torch's
+// (bf16: always the canonical NaN, where torch's vectorised CPU add writes 0xffff; fp32: the device's add's NaN, as
+// torch's): every consumer of the head's gradient canonicalises or propagates it.
 template <class D>
 RL_HD typename D::storage autograd_sum(float a, float b) {
   const typename D::storage sa = D::store(a), sb = D::store(b);
