@@ -41,24 +41,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rl_kernel import tiers
 
 # aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
-SERVED = (
-    "mm",
-    "addmm",
-    "bmm",
-    "_log_softmax",
-    "_log_softmax_backward_data",
-    "scaled_dot_product_attention",
-    "embedding_dense_backward",
-)
+SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "scaled_dot_product_attention",
+          "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim")  # fmt: skip
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-# Operators whose result can depend on how a batch is cut (they reduce or contract): what an audit names when the
-# mode left them to stock. Matched on the operator's name, overload stripped.
+# Operators whose floating-point result can depend on how a batch is cut (they add in some order): what an audit
+# names when the mode left them to stock. Matched on the operator's name, overload stripped; max / min / amax / amin
+# and integer or boolean inputs are exact in any order.
 BATCH_VARIANT = re.compile(
     r"^(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|dot|vdot|matmul|linear|_?convolution|conv\w*|einsum|tensordot|"
-    r"sum|nansum|mean|nanmean|prod|amax|amin|max|min|var|std|var_mean|std_mean|norm|linalg_vector_norm|"
+    r"sum|nansum|mean|nanmean|prod|var|std|var_mean|std_mean|norm|linalg_vector_norm|"
     r"logsumexp|cumsum|cumprod|_softmax|_log_softmax|_softmax_backward_data|_log_softmax_backward_data|"
     r"native_layer_norm|native_layer_norm_backward|_fused_rms_norm|_fused_rms_norm_backward|native_group_norm|"
     r"native_batch_norm|_batch_norm\w*|embedding_dense_backward|index_add|scatter_add|scatter_reduce|"
@@ -199,9 +193,57 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data,
               "scaled_dot_product_attention": _sdpa_server(t, check),
-              "embedding_dense_backward": embedding_dense_backward}  # fmt: skip
-    assert tuple(served) == SERVED
+              "embedding_dense_backward": embedding_dense_backward,
+              "sum": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=False),
+              "sum.dim_IntList": lambda x, dim, keepdim=False, *, dtype=None: reduce(x, dim, keepdim, dtype, False),
+              "mean": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=True),
+              "mean.dim": lambda x, dim, keepdim=False, *, dtype=None: reduce(x, dim, keepdim, dtype, True),
+              }  # fmt: skip
+    assert set(served) == set(SERVED)
     return served
+
+
+# ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----
+def tree_sum(x: torch.Tensor) -> torch.Tensor:
+    """[..., n] -> [...]: the row's plain sum in section 2's order: chunks of 8 (the last padded with +0) summed
+    pairwise, then one perfect binary tree over the chunk index whose nodes past the row are 0 (contract.row_sum).
+    Only elementwise adds, in x's dtype: the same bits on every device, each row alone."""
+    n = x.shape[-1]
+    if n == 0:
+        return x.new_zeros(x.shape[:-1])
+    chunks = -(-n // 8)
+    if 8 * chunks != n:
+        x = torch.nn.functional.pad(x, (0, 8 * chunks - n))
+    v = x.reshape(*x.shape[:-1], chunks, 8)
+    nodes = ((v[..., 0] + v[..., 1]) + (v[..., 2] + v[..., 3])) + ((v[..., 4] + v[..., 5]) + (v[..., 6] + v[..., 7]))
+    while nodes.shape[-1] > 1:
+        m = nodes.shape[-1]
+        pairs = nodes[..., 0 : m - 1 : 2] + nodes[..., 1:m:2]
+        nodes = torch.cat([pairs, nodes[..., m - 1 :] + 0.0], dim=-1) if m % 2 else pairs  # + the empty node, 0
+    return nodes[..., 0]
+
+
+def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
+    """aten's sum / mean over `dim` (None or []: every dim) by tree_sum over the reduced elements in row-major order:
+    floating inputs added in fp32 (fp64 in fp64) and rounded once to the result's dtype, integers in int64 (exact in
+    any order), the mean a true division by the count."""
+    if x.is_complex():
+        raise ModeError("rl_kernel.mode: a sum or mean of complex numbers has no contract")
+    floating = x.is_floating_point()
+    if mean and not floating and dtype is None:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, got {x.dtype}")
+    out_dtype = dtype or (x.dtype if floating else torch.int64)
+    acc = torch.float64 if torch.float64 in (x.dtype, dtype) else torch.float32 if floating or mean else torch.int64
+    dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    rows = x.to(acc).permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x.to(acc)[None]
+    out = tree_sum(rows)
+    if mean:
+        out = out / rows.shape[-1]
+    if keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out.to(out_dtype)
 
 
 # ---- attention: SDPA is a composite above autograd, so it is served at the autograd keys (and the backend keys,
@@ -287,9 +329,12 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
-        if name.startswith("aten::"):
+        if name.startswith("rl_kernel"):  # a tier's own operator (the patch's layers, an attention the mode serves)
+            self.audit.served[name] += 1
+        elif name.startswith("aten::"):
             op = name[len("aten::") :]
-            kind = "served" if op in SERVED else "unserved" if BATCH_VARIANT.match(op) else "other"
+            floats = any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+            kind = "served" if op in SERVED else "unserved" if floats and BATCH_VARIANT.match(op) else "other"
             getattr(self.audit, kind)[op] += 1
         return func(*args, **(kwargs or {}))
 
