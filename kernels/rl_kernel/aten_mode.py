@@ -12,7 +12,8 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
 `linear` and `matmul` decompose into them), `_log_softmax` with its backward, `scaled_dot_product_attention`
 as the tier's `attention` where the mask is a key range per row (key_ranges), and the embedding's weight gradient
-(`embedding_dense_backward`) as the tier's fixed-order sum. An mm is the tier's `linear` of
+(`embedding_dense_backward`) as the tier's fixed-order sum; and `sum` / `mean` as numerics.md section 2's plain-sum
+tree (tree_sum: elementwise adds, so on every device whatever the tier). An mm is the tier's `linear` of
 the second operand's transpose, so `F.linear` under the mode gives `rl_kernel.linear`'s bits, forward and dX / dW
 (autograd's dW = x^T dy is a chain over the rows in order, the patch's products in the same order). What the mode
 cannot serve raises a ModeError naming the form (a scaled addmm, a dtype or device the tier lacks), never stock.
@@ -44,6 +45,7 @@ from rl_kernel import tiers
 SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "scaled_dot_product_attention",
           "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim")  # fmt: skip
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
+EVERY_DEVICE = {"sum", "sum.dim_IntList", "mean", "mean.dim"}  # the contract's tree in torch's own adds: any device
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -102,7 +104,7 @@ def enable(tier: str = "exact") -> None:
             for name, serve in served.items():
                 keys = (key, f"Autograd{key}") if name in ABOVE_AUTOGRAD else (key,)
                 for k in keys:
-                    library.impl(name, serve if mine else _refuse(t, name, key), k)
+                    library.impl(name, serve if mine or name in EVERY_DEVICE else _refuse(t, name, key), k)
     with _LOCK:
         _STACK.append(_Active(t.name, library))
 

@@ -128,8 +128,10 @@ def test_what_the_tier_cannot_serve_is_refused_by_name() -> None:
 def test_a_device_the_tier_has_no_kernels_for_is_refused() -> None:
     """The fast tier (GPU only) under the mode: a CPU matrix product is an error naming the tier's platforms."""
     x, w, _ = operands(torch.bfloat16)
-    with M.mode("fast"), pytest.raises(M.ModeError, match=r"aten::mm on cpu: the fast tier runs on cuda, rocm"):
-        torch.mm(x[0], w.t())
+    with M.mode("fast"):
+        with pytest.raises(M.ModeError, match=r"aten::mm on cpu: the fast tier runs on cuda, rocm"):
+            torch.mm(x[0], w.t())
+        same(x.float().sum(-1), M.tree_sum(x.float()), "a sum: the contract's tree on any device")
     assert M.active() is None
 
 
