@@ -65,8 +65,10 @@ bench: build
 	$(PY) -m bench $(BENCH) $(ARGS)
 
 # The lowest transformers the Hugging Face patch supports (the highest is requirements.txt's, in the venv),
-# with the hub and tokenizers it needs, in a folder that shadows them for tests/integrations only.
-HF_LOWEST := "transformers==5.0.0" "huggingface-hub==1.33.0" "tokenizers==0.22.2" httpx httpcore h11 anyio typer-slim
+# with the hub and tokenizers it needs, in a folder that shadows them for tests/integrations only. kernels too:
+# transformers >= 5.25 requires kernels 0.19, whose LayerRepository 5.0.0 calls without the now required revision.
+HF_LOWEST := "transformers==5.0.0" "huggingface-hub==1.33.0" "tokenizers==0.22.2" "kernels==0.12.3" httpx httpcore h11 \
+  anyio typer-slim
 build/hf-lowest/.stamp: | $(BUILD_STAMP)
 	$(PY) -m pip install -q --no-deps --target build/hf-lowest $(HF_LOWEST)
 	touch $@
