@@ -98,8 +98,8 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
     opt = optimizer(model.parameters(), lr=1e-6)
     res = {"check": check(model.eval(), *check_p, args.check_new)}
     print(f"{tier}: check {json.dumps(res['check'])}", flush=True)
-    generate = {"rollout": lambda: rollout.generate(model.eval(), *rollout_p, args.new, keep_logits=False)}
-    res["rollout"] = timing.both(generate, reps, warmup=1)["rollout"]
+    stages = {"rollout": lambda: rollout.generate(model.eval(), *rollout_p, args.new, keep_logits=False)}
+    res["rollout"] = timing.both(stages, reps, warmup=1)["rollout"]
     print(f"{tier}: rollout {res['rollout']}", flush=True)
     model.train()
     logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
@@ -113,9 +113,9 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
         res[name] = timing.both(step, reps, warmup=1)[name]
         res[f"{name}_peak_gb"] = peak_gb()
         print(f"{tier}: {name} {res[name]} peak {res[f'{name}_peak_gb']} GB", flush=True)
-        generate |= step
+        stages |= step
     if args.syncs:
-        res["syncs"] = {stage: timing.syncs(fn) for stage, fn in generate.items()}
+        res["syncs"] = {stage: timing.syncs(fn) for stage, fn in stages.items()}
         for stage, found in res["syncs"].items():
             for where, n in found.items():
                 print(f"{tier}: {stage}: host sync x{n}: {where}", flush=True)

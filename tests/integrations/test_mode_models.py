@@ -13,8 +13,6 @@ from rl_kernel import aten_mode, models
 from rl_kernel.bitwise import bits_equal, diff
 from rlparity.cell.workloads import model as M
 
-pytest.importorskip("transformers")
-
 VOCAB, NEW = 211, 5  # test_transformers.py's sizes: the stock model's generate() and forward differ there
 
 

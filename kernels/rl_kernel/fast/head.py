@@ -33,7 +33,7 @@ def gemms() -> HeadGemms:
     return HeadGemms(
         logits=_logits,
         dx=lambda d, w: fl.grad_x_2d(d, w, out_dtype=torch.float32),
-        dx_add=lambda d, w, dh: fl.add_grad_x_2d(d, w, dh),
+        dx_add=fl.add_grad_x_2d,
         dw=lambda d, h: fl.grad_w_2d(d, h),
         db=fl.grad_b_2d,
         check=_check,

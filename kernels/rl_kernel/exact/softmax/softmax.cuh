@@ -90,6 +90,17 @@ RL_HD typename D::storage autograd_sum(float a, float b) {
   return D::store(D::load(&sa, 0) + D::load(&sb, 0));
 }
 
+// Column j of a slice row's logit gradient for log-probs (g, tok) and entropy (ge, H) together; columns at or past
+// valid are padding (the sum of two zeros). The CPU executor and the GPU kernel both call it.
+template <class D>
+RL_HD typename D::storage logprobs_entropy_grad_at(const typename D::storage* row, int64_t j, int64_t valid,
+                                                   RowStats st, float g, float ge, int64_t tok, int64_t ignore,
+                                                   float H) {
+  if (j >= valid) return autograd_sum<D>(0.0f, 0.0f);
+  const float lp = logprob(D::load(row, j), st);
+  return autograd_sum<D>(token_logprob_grad_slice(g, lp, j, tok, ignore), entropy_grad(ge, lp, H));
+}
+
 // ============================ CPU reference ==================================
 // One row at a time: its leaves pushed left to right into a TreeStack (reduce.h),
 // then the fold. The GPU evaluates the same tree in another order (common/rowtree.cuh).
@@ -304,16 +315,8 @@ __global__ void __launch_bounds__(RL_BLOCK, RL_MIN_BLOCKS)
   const int64_t r = row0 + RL_ROW;
   const typename D::storage* row = x + r * row_stride;
   const RowStats st{stats[3 * r], stats[3 * r + 1], stats[3 * r + 2]};
-  const int64_t tok = tokens[r];
-  for (int64_t i = RL_TID; i < V; i += RL_BLOCK) {
-    if (i >= valid) {
-      gin[r * V + i] = autograd_sum<D>(0.0f, 0.0f);
-      continue;
-    }
-    const float lp = logprob(D::load(row, i), st);
-    gin[r * V + i] = autograd_sum<D>(token_logprob_grad_slice(g[r], lp, i, tok, ignore_index),
-                                     entropy_grad(ge[r], lp, H[r]));
-  }
+  for (int64_t i = RL_TID; i < V; i += RL_BLOCK)
+    gin[r * V + i] = logprobs_entropy_grad_at<D>(row, i, valid, st, g[r], ge[r], tokens[r], ignore_index, H[r]);
 }
 
 // ---- node kernels of the family: one warp per (row, node) (common/rowtree.cuh's node_stats_kernel

@@ -154,15 +154,8 @@ struct CpuExec {
     for_rows(r.n, [&](int64_t i) {
       const auto* row = x + i * r.stride;
       const RowStats st = get_stats(stats + 3 * i);
-      for (int64_t j = 0; j < r.v; ++j) {
-        if (j >= valid) {
-          gin[i * r.v + j] = autograd_sum<D>(0.0f, 0.0f);
-          continue;
-        }
-        const float lp = logprob(D::load(row, j), st);
-        gin[i * r.v + j] = autograd_sum<D>(token_logprob_grad_slice(g[i], lp, j, tok[i], ignore),
-                                           entropy_grad(ge[i], lp, H[i]));
-      }
+      for (int64_t j = 0; j < r.v; ++j)
+        gin[i * r.v + j] = logprobs_entropy_grad_at<D>(row, j, valid, st, g[i], ge[i], tok[i], ignore, H[i]);
     });
   }
 
