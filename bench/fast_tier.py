@@ -1,6 +1,6 @@
 """The fast tier on this GPU (NVIDIA or AMD): bitwise properties, accuracy, a tile sweep, speed against the BLAS.
 
-    python -m bench fast_tier [--sweep] [--sweep2] [--no-speed] [--small] [--json out.json]
+    python -m bench fast_tier [--sweep] [--sweep2] [--tma] [--no-speed] [--small] [--json out.json]
 
 The checks (bench.fast_checks: bits compared as integer views) run first: linear forward/dX rows equal across M
 buckets, batch order, run to run, dW/db run to run, accuracy against float64, autograd, torch.compile; attention
@@ -32,13 +32,15 @@ from bench.fast_checks import (
     target,
 )
 from bench.fast_speed import speed_attention, speed_linear, table
-from bench.fast_sweep import sweep2, sweep_attention, sweep_linear
+from bench.fast_sweep import sweep2, sweep_attention, sweep_linear, sweep_tma
 
 
 def arguments(argv: list[str] | None):
     p = parser(__name__, __doc__)
     p.add_argument("--sweep", action="store_true", help="time candidate tiles (chooses configs.toml's buckets)")
     p.add_argument("--sweep2", action="store_true", help="forward BLOCK_K 64/128 tiles, dW tiles, D=64/256")
+    p.add_argument("--tma", action="store_true", help="the persistent TMA GEMM against the pinned kernel and cuBLAS")
+    p.add_argument("--tma-ws", action="store_true", help="the same, warp specialized")
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--small", action="store_true", help="only the linear's speed at M = 1, 16, 64, 256 (no checks)")
     p.add_argument("--json", help="where the results go (default: $OUT/fast.json when $OUT is set)")
@@ -79,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         sweep_linear()
         sweep_attention()
         print(f"sweep done: {time.time() - t0:.0f} s", flush=True)
+    if args.tma or args.tma_ws:
+        sweep_tma(ws=args.tma_ws)
+        print(f"tma sweep done: {time.time() - t0:.0f} s", flush=True)
     if args.sweep2:
         sweep2()
         print(f"sweep2 done: {time.time() - t0:.0f} s", flush=True)

@@ -45,6 +45,7 @@ from rl_kernel.rowtree import IGNORE, Slice
 from rl_kernel.tiers import HeadGemms
 
 VOCAB_CHUNK = 2048  # columns per chunk: 1/74 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
+FORWARD_ELEMENTS = 1 << 28  # logits per row block of the one-device forward at most (512 MB in bf16)
 
 
 # ---- the walk over vocabulary chunks ---------------------------------------------------------------
@@ -114,6 +115,46 @@ def _joined(plan: _Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tenso
 
 
 def _forward(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(log-probs, the rows' statistics, entropy or None): whole rows in blocks on one device, else the walk."""
+    if len(plan.ranks) == 1 and not _narrow():
+        return _forward_rows(plan, h, weight, bias, tokens)
+    return _forward_walk(plan, h, weight, bias, tokens)
+
+
+def row_block(rows: int, cols: int, dtype: torch.dtype, temperature: float | None) -> int:
+    """Rows per block of the one-device forward: its logits (and their fp32 copy under a temperature) at most a
+    sixteenth of the whole logits' bytes (the head's promise is an eighth, dWeight and the backward's buffers
+    included) and at most FORWARD_ELEMENTS, in whole 256-row tiles where 256 fit. No bit depends on it: a logit
+    depends on its own row only, and the row kernels work row by row."""
+    size = torch.empty((), dtype=dtype).element_size()
+    per_row = size + (4 if temperature is not None else 0)
+    r = max(1, min(rows * size // (16 * per_row), FORWARD_ELEMENTS // max(1, cols)))
+    return r - r % 256 if r >= 256 else r
+
+
+def _forward_rows(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """One GEMM over the whole vocabulary per block of rows, then the unfused path's row kernels on the block's
+    logits: `unfused`'s bits by construction, with one pass of the GEMM where the walk needs two for the
+    entropy (which wants the row's final statistics before it sums)."""
+    g = tiers.get(plan.tier).head_gemms()
+    n = h.shape[0]
+    logp = torch.empty(n, dtype=torch.float32, device=h.device)
+    stats = torch.empty((n, 3), dtype=torch.float32, device=h.device)
+    ent = torch.empty(n, dtype=torch.float32, device=h.device) if plan.want_entropy else None
+    block = row_block(n, plan.rows, h.dtype, plan.temperature)
+    for r0 in range(0, n, block):
+        rows = slice(r0, min(n, r0 + block))
+        z = _chunk_logits(g, plan, h[rows], weight, bias, plan.ranks[0])[:, : plan.vocab_size]
+        logp[rows], stats[rows] = ops.token_logprobs(z, tokens[rows], plan.ignore_index)
+        if ent is not None:
+            ent[rows] = ops.entropy(z)[0]
+        del z
+    return logp, stats, ent
+
+
+def _forward_walk(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The vocabulary walk (numerics.md 12.3): every rank's chunks reduced to tree nodes, joined across chunks and
+    ranks; the entropy recomputes each chunk's logits once the row's statistics are known."""
     g = tiers.get(plan.tier).head_gemms()
     chunks = plan.chunks(plan.me)
     nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)

@@ -133,6 +133,8 @@ def test_configs_pin_every_knob() -> None:
         (("launch = { enable_fp_fusion = false }", "launch = {}"), "enable_fp_fusion"),
         (("schema = 1", "schema = 2"), "schema = 1"),
         (("block_k = 64\nblock_k_by_nk = {}", "block_k = 64\nblock_k_by_nk = {}\nsplit_k = 4"), "unknown keys"),
+        (("[targets.sm_90.linear_dw]\n", "[targets.sm_90.linear_dw]\ntma = 1\n"), "tma must be true or false"),
+        (("[targets.gfx942.linear_dw]\n", "[targets.gfx942.linear_dw]\ntma = true\n"), "sm_90 or later"),
     ],
 )  # fmt: skip
 def test_config_loader_rejects(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -270,6 +272,50 @@ def _check_linear() -> dict[str, bool]:
         del os.environ[tiers.CONTROL_VAR]
     res["split-k control moves bits, stays accurate"] = not _same(y_split, y) and bool(
         (y_split.double() - ref).norm() / ref.norm() < 1e-2
+    )
+    res.update(_check_tma(g))
+    return res
+
+
+def _check_tma(g: torch.Generator) -> dict[str, bool]:
+    """The persistent TMA kernel (a config's tma = true) against the pointer kernel, fp32 outputs (the K order shows):
+    forward (B read as the [N, K] weight), dX (B as [K, N]), dW (A read column-major as A^T), the fp32 add into C,
+    a bias; edges in M, N and a K tail (K = 168: three K steps, the last 40 wide and zero-filled; two steps would hide
+    the order, fp32 adds commute); 3 programs looping over the tiles."""
+    lin = fast.linear_kernels
+    m, n, k = 150, 136, 168  # dX reduces over n = 136 and dW over m = 150: three K steps each too
+    x, dy = torch.randn(m, k, generator=g).bfloat16(), torch.randn(m, n, generator=g).bfloat16()
+    w, b = (torch.randn(n, k, generator=g) * 0.2).bfloat16(), torch.randn(n, generator=g).bfloat16()
+    cfg = dict(block_m=64, block_n=32, block_k=64, num_warps=4, num_stages=3, group_m=2, launch={})
+    tma = dict(cfg, tma=True)
+    f32 = torch.float32
+
+    def both(fn) -> tuple[torch.Tensor, torch.Tensor]:
+        return fn(cfg), fn(tma)
+
+    def bits(pair: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        a, b_ = pair
+        return a.shape == b_.shape and torch.equal(a.view(torch.int32), b_.view(torch.int32))
+
+    wt = (w.stride(1), w.stride(0))
+    base = torch.randn(m, n, generator=g) * 4
+    res = {
+        "tma: operands described (not the pointer fallback)": lin._tma_operands(x, w, wt, tma) is not None
+        and lin._tma_operands(dy.t(), x, (x.stride(0), x.stride(1)), tma) is not None,
+        "tma fwd + bias == pointer kernel (fp32 bits)": bits(both(lambda c: lin._launch_gemm(x, wt, w, n, c, b, f32))),
+        "tma dX == pointer kernel (fp32 bits)": bits(both(lambda c: lin.grad_x_2d(dy, w, c, out_dtype=f32))),
+        "tma dW (dY read as A^T) == pointer kernel (bits)": bits(both(lambda c: lin.grad_w_2d(dy, x, c))),
+        "tma dW's fp32 sum == pointer kernel (bits)": bits(
+            both(lambda c: lin._launch_gemm(dy.t(), (x.stride(0), x.stride(1)), x, k, c, out_dtype=f32))
+        ),
+        "tma fp32 add into C == pointer kernel (bits)": bits(
+            both(lambda c: lin._launch_gemm(x, wt, w, n, c, into=base.clone()))
+        ),
+    }
+    # A stride TMA cannot take (K = 100: 200-byte rows) falls back to the pointer kernel, with its bits.
+    xo, wo = x[:, :100].contiguous(), w[:, :100].contiguous()
+    res["tma: unaligned rows fall back, same bits"] = lin._tma_operands(xo, wo, (1, 100), tma) is None and bits(
+        both(lambda c: lin._launch_gemm(xo, (1, 100), wo, n, c, out_dtype=f32))
     )
     return res
 

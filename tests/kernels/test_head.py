@@ -83,12 +83,40 @@ def test_fused_gives_the_unfused_bits(device, rows, hidden, vrows, vocab, chunk,
 
 
 def test_the_chunk_width_moves_no_forward_bit() -> None:
+    """The vocabulary walk (numerics.md 12.3, what several ranks run) at any chunk width."""
     h, w, tok = case(7, 16, 2000, torch.bfloat16, seed=3)
-    want = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=8)
+    with head.one_chunk_per_call():
+        want = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=8)
     for chunk in (16, 248, 1000, 2000, 4096):
-        got = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=chunk)
+        with head.one_chunk_per_call():
+            got = head.lm_head_logprobs(h, w, tok, entropy=True, vocab_chunk=chunk)
         assert_bits(got[0], want[0], f"log-probs, chunk {chunk}")
         assert_bits(got[1], want[1], f"entropy, chunk {chunk}")
+
+
+@pytest.mark.parametrize("block_rows", [1, 3, 4, 100])
+@pytest.mark.parametrize("temperature", [None, 0.7])
+def test_the_row_blocks_forward_is_the_walks(monkeypatch, block_rows: int, temperature) -> None:
+    """One device: whole rows in blocks (one GEMM per block, the unfused row kernels) give the walk's log-probs,
+    entropy and row statistics, so the backward's bits too, at any block (a last block narrower)."""
+    h, w, tok = case(10, 16, 1003, torch.bfloat16, seed=13, vocab=999)
+    bias = (torch.randn(1003, generator=torch.Generator().manual_seed(2)) * 0.5).to(torch.bfloat16)
+    kw = {"vocab_size": 999, "temperature": temperature, "vocab_chunk": 128}
+    with head.one_chunk_per_call():
+        want = run(head.lm_head_logprobs, h, w, tok, bias, **kw)
+    monkeypatch.setattr(head, "row_block", lambda *a: block_rows)
+    got = run(head.lm_head_logprobs, h, w, tok, bias, **kw)
+    for name, i in (("log-probs", 0), ("entropy", 1), ("dHidden", 2), ("dWeight", 3), ("dBias", 4)):
+        assert_bits(got[i], want[i], f"{name}, blocks of {block_rows} rows")
+
+
+def test_row_blocks_hold_a_sixteenth_of_the_logits_in_whole_tiles() -> None:
+    assert head.row_block(8192, 151936, torch.bfloat16, None) == 512
+    assert head.row_block(32768, 151936, torch.bfloat16, None) == 1536  # FORWARD_ELEMENTS caps it
+    assert head.row_block(8192, 151936, torch.bfloat16, 0.7) == 170  # the fp32 copy: 6 bytes a logit, not 2
+    assert head.row_block(10, 151936, torch.bfloat16, None) == 1
+    big = head.row_block(1 << 22, 151936, torch.bfloat16, None)
+    assert big * 151936 <= head.FORWARD_ELEMENTS and big % 256 == 0
 
 
 def test_dhidden_is_batch_invariant_and_run_to_run_equal(device) -> None:

@@ -52,7 +52,24 @@ WHERE = "rl_kernel.fast configs.toml"
 
 
 def _require(table: dict, keys: set[str], where: str, ints: bool = True, optional: frozenset = frozenset()) -> None:
-    require_keys(table, keys, f"{WHERE}: {where}", ints, optional, free=("block_k_by_nk", "buckets", "dx_buckets"))
+    require_keys(table, keys, f"{WHERE}: {where}", ints, optional,
+                 free=("block_k_by_nk", "buckets", "dx_buckets", "tma"))  # fmt: skip
+
+
+# tma = true: the GEMM runs persistent and TMA-fed (NVIDIA sm_90 and later): how operands reach shared memory and
+# which program runs a tile change no bit (the same tile arithmetic; tests/kernels/test_fast.py and the H200 sweep
+# check it).
+_TMA = frozenset({"tma"})
+
+
+def _check_tma(name: str, table: dict, where: str) -> None:
+    if "tma" not in table:
+        return
+    if not isinstance(table["tma"], bool):
+        raise ConfigError(f"{WHERE}: {where}.tma must be true or false, got {table['tma']!r}")
+    arch = name.removeprefix("sm_")
+    if table["tma"] and not (arch.isdigit() and int(arch) >= 90):
+        raise ConfigError(f"{WHERE}: {where}.tma: TMA descriptors need an NVIDIA sm_90 or later, not {name}")
 
 
 def _pow2(v: int) -> bool:
@@ -64,7 +81,8 @@ def _check_buckets(name: str, buckets: list, where: str) -> None:
     if not isinstance(buckets, list) or not buckets or buckets[-1].get("max_m") != 0:
         raise ConfigError(f"{WHERE}: {where} must be a list ending with max_m = 0 (no bound)")
     for i, b in enumerate(buckets):
-        _require(b, _LINEAR_BUCKET_KEYS, f"{where}[{i}]")
+        _require(b, _LINEAR_BUCKET_KEYS, f"{where}[{i}]", optional=_TMA)
+        _check_tma(name, b, f"{where}[{i}]")
         if name == "sm_90" and (b["block_m"] < 64 or b["num_warps"] % 4):
             raise ConfigError(
                 f"{WHERE}: {where}[{i}] needs block_m >= 64 and num_warps % 4 == 0 "
@@ -100,7 +118,8 @@ def _check_target(name: str, t: dict) -> None:
         parts = nk.split(",")
         if len(parts) != 2 or not all(p.strip().isdigit() for p in parts) or not _pow2(bk):
             raise ConfigError(f"{WHERE}: {where}.linear.block_k_by_nk: bad entry {nk!r} = {bk!r}")
-    _require(t["linear_dw"], _DW_KEYS, f"{where}.linear_dw")
+    _require(t["linear_dw"], _DW_KEYS, f"{where}.linear_dw", optional=_TMA)
+    _check_tma(name, t["linear_dw"], f"{where}.linear_dw")
     att = t["attention"]
     want = {f"d{d}" for d in HEAD_DIM_BUCKETS}
     if set(att) != want:

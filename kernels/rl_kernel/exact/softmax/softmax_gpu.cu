@@ -41,9 +41,12 @@ void launch(Kernel kernel, int64_t rows, Args... args) {
   launch_nodes(kernel, rows, 1, args...);
 }
 
-// The node lists, copied to the device (a few dozen int64 each).
+// The node lists, copied to the device (a few dozen int64 each) from pinned memory on the current stream:
+// a copy from pageable memory would make the host wait for the GPU at every join. The caching host
+// allocator keeps the pinned block until the copy has run.
 at::Tensor device_ints(at::IntArrayRef v, const at::Device& dev) {
-  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(dev);
+  return at::tensor(v, at::TensorOptions().dtype(at::kLong)).pin_memory().to(at::TensorOptions().device(dev),
+                                                                              /*non_blocking=*/true);
 }
 
 // One thread (rows_per_block = RL_BLOCK) or one warp (RL_WARPS) per row; the kernel gets the row count.

@@ -14,6 +14,8 @@ after the K loop in fp32 and the sum rounded once. No split-K, stream-K or atomi
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from rl_kernel.fast.configs import config_for
@@ -22,16 +24,83 @@ from rl_kernel.triton_tier import needs_autograd, target_of
 try:
     import triton
     import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     _jit = triton.jit
 except ImportError:  # rl_kernel.fast reports the missing Triton when a kernel is called
-    triton = tl = None
+    triton = tl = TensorDescriptor = None
 
     def _jit(fn=None, **_kw):
         return fn if fn is not None else (lambda f: f)
 
 
 # ---- kernels --------------------------------------------------------------------------------------
+@_jit
+def _tile_of(tile, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """The (pid_m, pid_n) of a tile in grouped order, for L2 reuse: which program owns a tile changes nothing in
+    its arithmetic."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_pid_n
+    first_m = (tile // group) * GROUP_M
+    size_m = min(num_pid_m - first_m, GROUP_M)
+    return first_m + ((tile % group) % size_m), (tile % group) // size_m
+
+
+@_jit
+def _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS: tl.constexpr,
+                ACCUMULATE: tl.constexpr):  # fmt: skip
+    """The K loop's fp32 sum: + bias in fp32, or added to an fp32 C, then rounded once to C's dtype."""
+    if HAS_BIAS:
+        acc = acc + tl.load(bias_ptr + (offs_n % N)).to(tl.float32)[None, :]
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
+    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if ACCUMULATE:
+        acc = tl.load(c_ptrs, mask=c_mask, other=0.0) + acc
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@_jit(do_not_specialize=["M"])
+def _gemm_tma_kernel(
+    a_desc,
+    b_desc,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_cm,
+    stride_cn,
+    programs,
+    A_T: tl.constexpr,
+    B_T: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACCUMULATE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """_gemm_kernel's arithmetic, persistent and TMA-fed (sm_90): `programs` programs walk the tiles in grouped order,
+    operands reach shared memory by tensor descriptors (A_T: a_desc holds A^T [K, M]; B_T: b_desc holds B^T [N, K])
+    and the hardware zero-fills past an edge, as the masked loads do. Each tile: fp32 from +0, K ascending in
+    steps of BLOCK_K, the same dot per step: the pointer kernel's bits."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=WARP_SPECIALIZE, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = a_desc.load([k0, off_m]).T if A_T else a_desc.load([off_m, k0])
+            b = b_desc.load([off_n, k0]).T if B_T else b_desc.load([k0, off_n])
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
+
+
 @_jit(do_not_specialize=["M"])
 def _gemm_kernel(
     a_ptr,
@@ -57,15 +126,7 @@ def _gemm_kernel(
 ):
     """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending.
     ACCUMULATE (an fp32 C): C = C + that result, one fp32 add per element as it is stored."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Grouped launch order for L2 reuse: which program owns a tile changes nothing in its arithmetic.
-    group = GROUP_M * num_pid_n
-    first_m = (pid // group) * GROUP_M
-    size_m = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % group) % size_m)
-    pid_n = (pid % group) // size_m
+    pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     # Rows/columns past the edge re-read valid ones (modulo): those results are never stored.
@@ -86,13 +147,7 @@ def _gemm_kernel(
         acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    if HAS_BIAS:
-        acc = acc + tl.load(bias_ptr + cols).to(tl.float32)[None, :]
-    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
-    c_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if ACCUMULATE:
-        acc = tl.load(c_ptrs, mask=c_mask, other=0.0) + acc
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+    _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
 @_jit(do_not_specialize=["M"])
@@ -123,8 +178,19 @@ def _launch_gemm(
     if k == 0:
         return c.copy_(bias.expand(m, n)) if bias is not None else c.zero_()
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
-    _gemm_kernel[grid](
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    tma = _tma_operands(a, b, b_strides, cfg) if cfg.get("tma") else None
+    if tma is not None:
+        programs = min(tiles, _programs(a.device))
+        _gemm_tma_kernel[(programs,)](
+            tma[0], tma[2], c, bias if bias is not None else c, m, n, k, c.stride(0), c.stride(1), programs,
+            A_T=tma[1], B_T=tma[3], HAS_BIAS=bias is not None, ACCUMULATE=into is not None, BLOCK_M=bm, BLOCK_N=bn,
+            BLOCK_K=bk, GROUP_M=cfg["group_m"], WARP_SPECIALIZE=cfg.get("warp_specialize", False),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            **cfg["launch"],
+        )  # fmt: skip
+        return c
+    _gemm_kernel[(tiles,)](
         a,
         b,
         c,
@@ -150,6 +216,47 @@ def _launch_gemm(
         **cfg["launch"],
     )
     return c
+
+
+def _described(t: torch.Tensor, block: list[int]):
+    """A TMA descriptor of a 2D tensor whose last dimension is contiguous, or None where TMA cannot read it
+    (a base or row stride that is not 16-byte aligned)."""
+    size = t.element_size()
+    if t.stride(1) != 1 or (t.stride(0) * size) % 16 or t.data_ptr() % 16:
+        return None
+    return TensorDescriptor.from_tensor(t, block)
+
+
+def _tma_operands(a: torch.Tensor, b: torch.Tensor, b_strides: tuple[int, int], cfg: dict):
+    """(a_desc, A_T, b_desc, B_T) for _gemm_tma_kernel, or None (the pointer kernel then runs: the same bits).
+    A [M, K] is read as itself or, column-major, as A^T [K, M]; B is `b` as [K, N] or, when its k stride is 1, as
+    the [N, K] tensor it is (a linear's weight)."""
+    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+    if a.stride(1) == 1:
+        a_desc, a_t = _described(a, [bm, bk]), False
+    elif a.stride(0) == 1:
+        a_desc, a_t = _described(a.t(), [bk, bm]), True
+    else:
+        return None
+    if b_strides[1] == 1:
+        b_desc, b_t = _described(b, [bk, bn]), False
+    elif b_strides[0] == 1:
+        b_desc, b_t = _described(b, [bn, bk]), True
+    else:
+        return None
+    return None if a_desc is None or b_desc is None else (a_desc, a_t, b_desc, b_t)
+
+
+def _programs(device: torch.device) -> int:
+    """The persistent kernel's programs: one per multiprocessor (3 in Triton's interpreter, so programs loop)."""
+    if device.type != "cuda":
+        return 3
+    return _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: dict | None = None):
@@ -186,9 +293,11 @@ def add_grad_x_2d(dy: torch.Tensor, weight: torch.Tensor, into: torch.Tensor, cf
 
 def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
     """dW [N, K] = dY^T [N, M] @ X [M, K]: one tile for every M, reduction over the rows ascending.
-    dY^T is copied K-contiguous first: the matrix cores read an M-major A operand 3-4x slower (H200)."""
+    dY^T is copied K-contiguous first (the pointer kernel's matrix cores read an M-major A operand 3-4x slower on
+    the H200), except where the TMA kernel reads dY itself as A^T."""
     cfg = cfg or config_for("linear_dw", target_of(dy.device))
-    return _launch_gemm(dy.t().contiguous(), (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
+    a = dy.t() if cfg.get("tma") and _tma_operands(dy.t(), x, (x.stride(0), x.stride(1)), cfg) else dy.t().contiguous()
+    return _launch_gemm(a, (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
 
 
 def grad_b_2d(dy: torch.Tensor) -> torch.Tensor:
