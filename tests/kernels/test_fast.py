@@ -133,7 +133,7 @@ def test_configs_pin_every_knob() -> None:
         (("launch = { enable_fp_fusion = false }", "launch = {}"), "enable_fp_fusion"),
         (("schema = 1", "schema = 2"), "schema = 1"),
         (("block_k = 64\nblock_k_by_nk = {}", "block_k = 64\nblock_k_by_nk = {}\nsplit_k = 4"), "unknown keys"),
-        (("[targets.sm_90.linear_dw]\n", "[targets.sm_90.linear_dw]\ntma = 1\n"), "tma must be true or false"),
+        (("tma = true\nblock_m = 128", "tma = 1\nblock_m = 128"), "tma must be true or false"),
         (("[targets.gfx942.linear_dw]\n", "[targets.gfx942.linear_dw]\ntma = true\n"), "sm_90 or later"),
     ],
 )  # fmt: skip

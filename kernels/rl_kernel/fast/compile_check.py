@@ -150,7 +150,26 @@ _GEMM_UNIT_STRIDES = {
 }
 
 
+# The TMA kernel's operands per GEMM: (A read as A^T [K, M], B read as the [N, K] tensor it is).
+_TMA_LAYOUT = {"fwd": (False, True), "dx": (False, False), "dw": (True, False)}
+
+
+def compile_gemm_tma(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False):
+    """The persistent TMA kernel (a config's tma = true), with the descriptors its launch builds for `kind`."""
+    a_t, b_t = _TMA_LAYOUT[kind]
+    bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
+    fn = linear_kernels._gemm_tma_kernel
+    types = {n: "i32" for n in fn.arg_names} | {"c_ptr": _ptr(dtype), "bias_ptr": _ptr(dtype)}
+    types["a_desc"] = f"tensordesc<{dtype}{[bk, bm] if a_t else [bm, bk]}>"
+    types["b_desc"] = f"tensordesc<{dtype}{[bn, bk] if b_t else [bk, bn]}>"
+    const = {"stride_cn": 1, "A_T": a_t, "B_T": b_t, "HAS_BIAS": has_bias, "ACCUMULATE": False, "BLOCK_M": bm,
+             "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": tile["group_m"], "WARP_SPECIALIZE": False}  # fmt: skip
+    return _compile(fn, types, const, target, options)
+
+
 def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False):
+    if tile.get("tma"):
+        return compile_gemm_tma(target, dtype, kind, tile, options, has_bias)
     const = {s: 1 for s in _GEMM_UNIT_STRIDES[kind]}
     const.update(
         HAS_BIAS=has_bias,
@@ -176,10 +195,11 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
             for i, b in enumerate(table):
                 tile = {k: v for k, v in b.items() if k != "max_m"} | {"block_k": t["linear"]["block_k"]}
                 k = compile_gemm(target, dtype, kind, tile, _options(t, tile), has_bias=kind == "fwd")
-                out.append(scan(k, f"linear.{kind}[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                name = f"linear.{kind}[bucket {i}]{' (tma)' if tile.get('tma') else ''}"
+                out.append(scan(k, name, target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
         k = compile_gemm(target, dtype, "dw", dw, _options(t, dw))
-        out.append(scan(k, "linear.dw", target, dtype, dw, {dw["block_k"]}, True))
+        out.append(scan(k, f"linear.dw{' (tma)' if dw.get('tma') else ''}", target, dtype, dw, {dw["block_k"]}, True))
         types = {"x_ptr": _ptr(dtype), "out_ptr": _ptr(dtype), "M": "i32", "N": "i32"}
         k = _compile(
             linear_kernels._colsum_kernel,
