@@ -15,7 +15,9 @@ vocabulary.
 Why the forward is exact: the contract's row reduction is one binary tree over aligned 8-column chunks (docs/
 numerics.md section 2), so a row cut into vocabulary chunks evaluates whole subtrees per chunk and joins the
 nodes afterwards with the uncut row's bits: rl_kernel.rowtree's construction, with the chunks of one device in
-place of ranks. Any chunk width gives the same log-probs and entropy.
+place of ranks. Any chunk width gives the same log-probs and entropy. On one device the forward cuts the other
+way (`_forward_rows`): blocks of whole rows, one GEMM over the vocabulary per block and the unfused row kernels on
+it, the same bits with one GEMM pass where the walk needs two.
 
 The backward (docs/numerics.md section 12): each chunk's logit gradient is exactly its slice of the unfused one
 (token_logprobs_backward_slice / entropy_backward_slice), so dWeight and dBias are the unfused bits (each
