@@ -10,13 +10,16 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
         loss.backward()              # autograd's formulas call mm again: the tier's as well
 
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
-`linear` and `matmul` decompose into them), `_log_softmax` with its backward, `scaled_dot_product_attention`
-as the tier's `attention` where the mask is a key range per row (key_ranges), and the embedding's weight gradient
-(`embedding_dense_backward`) as the tier's fixed-order sum; and `sum` / `mean` as numerics.md section 2's plain-sum
-tree (tree_sum: elementwise adds, so on every device whatever the tier). An mm is the tier's `linear` of
-the second operand's transpose, so `F.linear` under the mode gives `rl_kernel.linear`'s bits, forward and dX / dW
-(autograd's dW = x^T dy is a chain over the rows in order, the patch's products in the same order). What the mode
-cannot serve raises a ModeError naming the form (a scaled addmm, a dtype or device the tier lacks), never stock.
+`linear` and `matmul` decompose into them), `_log_softmax` with its backward, `_softmax` (exp of the tier's
+log_softmax) with its backward, `scaled_dot_product_attention` as the tier's `attention` where the mask is a key
+range per row (key_ranges), and the embedding's weight gradient (`embedding_dense_backward`) as the tier's
+fixed-order sum; and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as
+numerics.md section 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and
+`index_add` one add at a time in source order (a mixture of experts' combine). `_grouped_mm` is refused by name.
+An mm is the tier's `linear` of the second operand's transpose, so `F.linear` under the mode gives
+`rl_kernel.linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
+patch's products in the same order). What the mode cannot serve raises a ModeError naming the form (a scaled addmm,
+a dtype or device the tier lacks), never stock.
 
 Nesting: an inner mode serves until it exits, then the outer one again; `enable(tier)` / `disable()` are the
 pair for code that cannot be wrapped. Nothing stays registered after the last exit.
@@ -42,10 +45,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rl_kernel import tiers
 
 # aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
-SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "scaled_dot_product_attention",
-          "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim")  # fmt: skip
+SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
+          "scaled_dot_product_attention", "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim",
+          "topk", "index_add", "index_add_", "_grouped_mm")  # fmt: skip
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
-EVERY_DEVICE = {"sum", "sum.dim_IntList", "mean", "mean.dim"}  # the contract's tree in torch's own adds: any device
+# Defined in torch's own elementwise operators (the contract's tree, a stable order, one add at a time): any device.
+EVERY_DEVICE = {"sum", "sum.dim_IntList", "mean", "mean.dim", "topk", "index_add", "index_add_", "_grouped_mm"}
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -58,8 +63,10 @@ BATCH_VARIANT = re.compile(
     r"logsumexp|cumsum|cumprod|_softmax|_log_softmax|_softmax_backward_data|_log_softmax_backward_data|"
     r"native_layer_norm|native_layer_norm_backward|_fused_rms_norm|_fused_rms_norm_backward|native_group_norm|"
     r"native_batch_norm|_batch_norm\w*|embedding_dense_backward|index_add|scatter_add|scatter_reduce|"
-    r"index_reduce|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*|topk|sort|kthvalue)$"
+    r"index_reduce|_scaled_dot_product\w*|_flash_attention\w*|_efficient_attention\w*|topk|sort|kthvalue|"
+    r"_?grouped_mm|_scaled_grouped_mm|_scaled_mm|_int_mm)$"
 )
+ACCUMULATING = {"index_put", "index_put_", "_index_put_impl_"}  # batch-variant only with accumulate=True
 
 
 class ModeError(ValueError):
@@ -192,8 +199,26 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
         shape = torch.Size((num_weights, grad.shape[-1]))
         return embedding_grad(ids, grad, shape, None if padding_idx < 0 else padding_idx)
 
+    def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+        # The tier's softmax is exp of its log_softmax (fp32), rounded once: one definition with the log-probs.
+        check("_softmax", x)
+        with torch.no_grad():
+            out = torch.exp(log_softmax(x, dim))
+        return out if half_to_float else out.to(x.dtype)
+
+    def _softmax_backward_data(grad: torch.Tensor, out: torch.Tensor, dim: int, input_dtype) -> torch.Tensor:
+        # y * (g - sum(g * y)) in fp32, the row's sum by the contract's tree, rounded once to input_dtype.
+        check("_softmax_backward_data", grad, out)
+        with torch.no_grad():
+            g, y = grad.float().movedim(dim, -1), out.float().movedim(dim, -1)
+            dot = tree_sum(g * y).unsqueeze(-1)
+            return (y * (g - dot)).movedim(-1, dim).to(input_dtype)
+
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
-              "_log_softmax_backward_data": _log_softmax_backward_data,
+              "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,
+              "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
+              "index_add_": index_add_,
+              "_grouped_mm": _grouped_mm_refused(t),
               "scaled_dot_product_attention": _sdpa_server(t, check),
               "embedding_dense_backward": embedding_dense_backward,
               "sum": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=False),
@@ -203,6 +228,51 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
               }  # fmt: skip
     assert set(served) == set(SERVED)
     return served
+
+
+# ---- selections and scattered adds: one defined order, in torch's own operators (every device) -----------------
+def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """aten::topk with ties broken by the lower index (a stable sort): the k picked and their order are a function
+    of the row alone, on every device (a router's experts, a sampler's top-k)."""
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
+
+
+def index_add(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+    """aten::index_add: out = x, then each slice of `source` added to its row of out in source order, one add at a
+    time (a row named twice gets its first slice, then its second): torch's CUDA kernel adds duplicates atomically,
+    in any order. Rounds each add to x's dtype, as torch's does."""
+    return index_add_(x.clone(), dim, index, source, alpha=alpha)
+
+
+def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+    """index_add in place: passes of rows named once each, written back by index_copy_ (not index_add_, which the
+    mode serves: the pass would call itself)."""
+    if index.numel() == 0:
+        return out
+    src = (source if alpha == 1 else source * alpha).to(out.dtype)
+    index = index.reshape(-1)
+    order = torch.sort(index, stable=True)
+    sorted_idx, pos = order.values, order.indices
+    first = torch.ones_like(sorted_idx, dtype=torch.bool)
+    first[1:] = sorted_idx[1:] != sorted_idx[:-1]
+    start = torch.cummax(torch.where(first, torch.arange(len(first), device=index.device), 0), 0).values
+    rank = torch.empty_like(pos)
+    rank[pos] = torch.arange(len(pos), device=index.device) - start  # which occurrence of its row each slice is
+    for r in range(int(rank.max()) + 1):  # one pass per occurrence: no row twice in a pass
+        take = (rank == r).nonzero().squeeze(1)
+        rows = index[take]
+        out.index_copy_(dim, rows, out.index_select(dim, rows) + src.index_select(dim, take))
+    return out
+
+
+def _grouped_mm_refused(t: tiers.Tier) -> Callable:
+    def refuse(*_args, **_kwargs):
+        raise ModeError(f"rl_kernel.mode({t.name!r}): aten::_grouped_mm (a mixture of experts' grouped GEMM) is not "
+                        "served yet: run the experts one by one (transformers: experts_implementation='eager'), "
+                        "whose products are the tier's linear")  # fmt: skip
+
+    return refuse
 
 
 # ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----
@@ -333,12 +403,34 @@ class _Recorder(TorchDispatchMode):
         name = func._schema.name
         if name.startswith("rl_kernel"):  # a tier's own operator (the patch's layers, an attention the mode serves)
             self.audit.served[name] += 1
-        elif name.startswith("aten::"):
+        out = func(*args, **(kwargs or {}))
+        if name.startswith("aten::"):
             op = name[len("aten::") :]
-            floats = any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
-            kind = "served" if op in SERVED else "unserved" if floats and BATCH_VARIANT.match(op) else "other"
-            getattr(self.audit, kind)[op] += 1
-        return func(*args, **(kwargs or {}))
+            getattr(self.audit, _kind(op, args, kwargs or {}, out))[op] += 1
+        return out
+
+
+def _kind(op: str, args: tuple, kwargs: dict, out) -> str:
+    """served, unserved (a float computation whose order can follow the batch, left to stock) or other."""
+    if op in SERVED:
+        return "served"
+    floats = any(isinstance(a, torch.Tensor) and a.is_floating_point() for a in args)
+    results = out if isinstance(out, (tuple, list)) else (out,)
+    float_out = any(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
+    if op in ACCUMULATING:  # index_put(..., accumulate=True): a scatter-add, exact when it names no element twice
+        accumulate = kwargs.get("accumulate", args[3] if len(args) > 3 else False)
+        return "unserved" if floats and accumulate and not _distinct(args[1]) else "other"
+    # A count's cumsum into integers, a sort of integer ids: exact in any order.
+    return "unserved" if floats and float_out and BATCH_VARIANT.match(op) else "other"
+
+
+def _distinct(indices) -> bool:
+    """Whether index_put's indices name each element at most once (then each gets one add: no order to fix)."""
+    given = [i for i in indices if i is not None]
+    if not given or any(i.dtype == torch.bool for i in given):
+        return True  # a mask names each element once
+    flat = torch.stack([i.reshape(-1) for i in torch.broadcast_tensors(*given)], dim=1)
+    return torch.unique(flat, dim=0).shape[0] == flat.shape[0]
 
 
 def audit(fn: Callable[[], object], tier: str = "exact") -> Audit:

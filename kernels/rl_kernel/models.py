@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 # ---- the Hugging Face tiny models --------------------------------------------------------------------
-FAMILIES = ("llama", "qwen2", "qwen3")
+FAMILIES = ("llama", "qwen2", "qwen3")  # what patch() and the harness's model workload take
+# Every architecture tiny_config builds: FAMILIES, and those only rl_kernel.mode reaches (docs/architecture.md).
+ARCHITECTURES = (*FAMILIES, "mistral", "phi3", "olmo2", "qwen3_moe", "gemma2", "gemma3")
 PAD = 0
 
 
@@ -41,7 +43,38 @@ def tiny_config(
         return transformers.Qwen2Config(**common, tie_word_embeddings=True, use_sliding_window=False)
     if family == "qwen3":
         return transformers.Qwen3Config(**common, use_sliding_window=False)
-    raise ValueError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    return _mode_only_config(transformers, family, common, hidden // heads)
+
+
+def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: int) -> Any:
+    """The architectures patch() does not know, each with what it adds: Mistral (a sliding window, here wider than
+    any test's sequence, so it cuts no key), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after the
+    blocks, q/k norms over all heads), Qwen3-MoE (a top-k router and experts whose rows change with the batch),
+    Gemma 2 (logit soft-capping in attention and at the head, (1 + w) norms, eager attention, alternating
+    windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global)."""
+    window = 4096  # wider than every test's sequence: the window cuts no key (a narrower one is refused by name)
+    if family == "mistral":
+        return transformers.MistralConfig(**common, sliding_window=window)
+    if family == "phi3":
+        return transformers.Phi3Config(**common)
+    if family == "olmo2":
+        return transformers.Olmo2Config(**common)
+    if family == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(
+            **common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=common["hidden_size"],
+            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, use_sliding_window=False,
+            experts_implementation="eager",  # the experts one by one: the mode refuses the grouped GEMM by name
+        )  # fmt: skip
+    if family == "gemma2":
+        return transformers.Gemma2Config(
+            **common, sliding_window=window, query_pre_attn_scalar=head_dim, attn_logit_softcapping=50.0,
+            final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh",
+        )  # fmt: skip
+    if family == "gemma3":
+        return transformers.Gemma3TextConfig(
+            **common, sliding_window=window, query_pre_attn_scalar=head_dim, hidden_activation="gelu_pytorch_tanh",
+        )  # fmt: skip
+    raise ValueError(f"unknown model family {family!r} (known: {', '.join(ARCHITECTURES)})")
 
 
 def tiny_weights(family: str, vocab: int, seed: int, **shape: Any) -> nn.Module:

@@ -1,12 +1,16 @@
-"""Unpatched Hugging Face models under rl_kernel.mode("exact") on the CPU: generate()'s logits equal the
-teacher-forced forward's bit for bit, a sequence alone equals it in a padded batch, two runs are equal, and the
-audit finds nothing left to stock. Stock (no mode) is the negative control: its generate() differs from its forward.
-The architecture table of docs/architecture.md ("The mode") records these, family by family."""
+"""Unpatched Hugging Face models under rl_kernel.mode(tier): generate()'s logits equal the teacher-forced forward's bit
+for bit, a sequence alone equals it in a padded batch, two runs are equal, and the audit finds nothing left to stock;
+for every architecture of rl_kernel.models (Llama, Qwen2, Qwen3, Mistral, Phi-3, OLMo 2, Qwen3-MoE, Gemma 2, Gemma 3),
+the exact tier on the CPU and, where a GPU is, the exact and fast tiers on it. Stock (no mode) is the negative
+control: its generate() differs from its forward. What cannot be served is refused by name: a sliding window that
+cuts keys, a mixture of experts' grouped GEMM. The architecture table of docs/architecture.md ("The mode") records
+these."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import requires_gpu
 
 import rl_kernel
 from rl_kernel import aten_mode, models
@@ -15,42 +19,52 @@ from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 5  # test_transformers.py's sizes: the stock model's generate() and forward differ there
 
+# (tier, device, dtypes): the fast tier has bf16 / fp16 and a GPU only
+PLACES = [
+    pytest.param("exact", "cpu", ("fp32", "bf16"), id="exact-cpu"),
+    pytest.param("exact", "cuda", ("fp32", "bf16"), id="exact-cuda", marks=requires_gpu),
+    pytest.param("fast", "cuda", ("bf16",), id="fast-cuda", marks=requires_gpu),
+]
 
-def logits_both_ways(family: str, dtype: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def logits_both_ways(family: str, dtype: str, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """generate()'s logits for five left-padded prompts, the forward's over the same sequences (positions from the
     mask, as generate() makes them: the unpatched model takes them as given), and the third sequence's forward alone
-    (unpadded)."""
-    model = M.build(family, VOCAB, dtype, 0).eval()
+    (unpadded); on the CPU."""
+    model = M.build(family, VOCAB, dtype, 0, device).eval()
     p = M.prompts(5, VOCAB, 0)
-    r = M.generate(model, p, NEW, None, "cpu")
+    r = M.generate(model, p, NEW, None, device)
     full = torch.cat([p.mask, torch.ones(p.mask.shape[0], NEW, dtype=p.mask.dtype)], dim=1)
     pos = (full.cumsum(-1) - 1).clamp(min=0)
+    seqs = r.sequences.to(device)
     with torch.no_grad():
-        forward = model(input_ids=r.sequences, attention_mask=full, position_ids=pos).logits[:, -NEW - 1 : -1]
-        real = full[2].bool()
-        alone = model(input_ids=r.sequences[2:3, real]).logits[:, -NEW - 1 : -1]
-    return r.logits, forward.float(), alone.float()
+        forward = model(input_ids=seqs, attention_mask=full.to(device), position_ids=pos.to(device)).logits
+        real = full[2].bool().to(device)
+        alone = model(input_ids=seqs[2:3, real]).logits[:, -NEW - 1 : -1]
+    return r.logits, forward[:, -NEW - 1 : -1].float().cpu(), alone.float().cpu()
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("family", models.FAMILIES)
-def test_generate_equals_the_forward_under_the_mode(family: str, dtype: str) -> None:
-    with rl_kernel.mode("exact"):
-        generated, forward, alone = logits_both_ways(family, dtype)
-        again = logits_both_ways(family, dtype)
-    assert bits_equal(generated, forward), f"{family} {dtype}: {diff(generated, forward).summary()}"
-    assert bits_equal(alone, forward[2:3]), f"{family} {dtype}: alone vs batch {diff(alone, forward[2:3]).summary()}"
-    assert all(bits_equal(a, b) for a, b in zip(again, (generated, forward, alone), strict=True)), "run to run"
+@pytest.mark.parametrize(("tier", "device", "dtypes"), PLACES)
+@pytest.mark.parametrize("family", models.ARCHITECTURES)
+def test_generate_equals_the_forward_under_the_mode(family: str, tier: str, device: str, dtypes) -> None:
+    for dtype in dtypes:
+        with rl_kernel.mode(tier):
+            generated, forward, alone = logits_both_ways(family, dtype, device)
+            again = logits_both_ways(family, dtype, device)
+        what = f"{family} {tier} {device} {dtype}"
+        assert bits_equal(generated, forward), f"{what}: {diff(generated, forward).summary()}"
+        assert bits_equal(alone, forward[2:3]), f"{what}: alone vs batch {diff(alone, forward[2:3]).summary()}"
+        assert all(bits_equal(a, b) for a, b in zip(again, (generated, forward, alone), strict=True)), what
 
 
-@pytest.mark.parametrize("family", models.FAMILIES)
+@pytest.mark.parametrize("family", models.ARCHITECTURES)
 def test_stock_generate_differs_from_its_forward(family: str) -> None:
     """The negative control: the same comparison without the mode finds differing logits (CPU fp32)."""
-    generated, forward, _ = logits_both_ways(family, "fp32")
+    generated, forward, _ = logits_both_ways(family, "fp32", "cpu")
     assert not bits_equal(generated, forward), f"{family}: stock generate() == forward: the check could not fail"
 
 
-@pytest.mark.parametrize("family", models.FAMILIES)
+@pytest.mark.parametrize("family", models.ARCHITECTURES)
 def test_the_audit_finds_the_family_covered(family: str) -> None:
     """A training forward and backward of the family under the mode leaves no batch-variant operator to stock."""
     model = models.tiny_model(family, 97, dtype="bf16")
@@ -62,4 +76,41 @@ def test_the_audit_finds_the_family_covered(family: str) -> None:
 
     found = aten_mode.audit(step)
     assert found.covered, found.summary()
-    assert {"mm", "mean", "sum"} <= set(found.served) and "rl_kernel::attention" in found.served
+    assert "mm" in found.served, found.served
+    assert found.served.keys() & {"rl_kernel::attention", "bmm"}, found.served  # Gemma 2's eager attention: bmm
+
+
+def _forward(model, ids: torch.Tensor) -> None:
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def test_a_window_that_cuts_keys_is_refused_by_name() -> None:
+    """Mistral with a 4-token window over 12 tokens: each query sees a different key start, which the tier's
+    attention (one key range per sequence) cannot state."""
+    config = models.tiny_config("mistral", VOCAB)
+    config.sliding_window = 4
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
+    _forward(model, ids)  # stock runs it
+    with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="sliding windows"):
+        _forward(model, ids)
+
+
+def test_the_grouped_experts_are_refused_by_name() -> None:
+    """Qwen3-MoE with transformers' grouped GEMM for its experts (its default where torch has one): refused, naming
+    the way to run them that the mode serves."""
+    import transformers
+
+    moe = pytest.importorskip("transformers.integrations.moe", reason="this transformers has no experts interface")
+    if not hasattr(moe, "grouped_mm_experts_forward") or not hasattr(torch, "_grouped_mm"):
+        pytest.skip(f"transformers {transformers.__version__} / torch {torch.__version__}: no grouped GEMM experts")
+    config = models.tiny_config("qwen3_moe", VOCAB)
+    config._experts_implementation = "grouped_mm"
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (2, 6), generator=torch.Generator().manual_seed(0))
+    _forward(model, ids)
+    with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="_grouped_mm"):
+        _forward(model, ids)

@@ -293,3 +293,94 @@ def test_the_audit_names_each_operator_left_to_stock() -> None:
     loss = M.audit(step(PlainModel(norm=False), loss_over_the_batch=True))
     assert not loss.covered and "logsumexp" in loss.unserved, loss.summary()
     assert M.active() is None
+
+
+# ---- softmax, topk, index_add: the mixture of experts' and eager attention's operators -------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_is_exp_of_the_tiers_log_softmax_and_batch_invariant(dtype) -> None:
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(33, 301, generator=g) * 4).to(dtype)
+    with M.mode("exact"):
+        y = torch.softmax(x, -1)
+        rows = [torch.softmax(x[i : i + 1], -1) for i in (0, 17, 32)]
+        y32 = torch.softmax(x, -1, dtype=torch.float32)
+    same(y, torch.exp(rl_kernel.log_softmax(x, -1)).to(dtype), f"{dtype} softmax")
+    same(y32, torch.exp(rl_kernel.log_softmax(x.float(), -1)), f"{dtype} softmax in fp32")
+    for i, r in zip((0, 17, 32), rows, strict=True):
+        same(r, y[i : i + 1], f"{dtype} row {i} alone")
+
+
+def test_softmax_backward_is_the_trees_row_sum() -> None:
+    """y * (g - sum(g * y)) with the row's sum by the contract's tree: a row alone == in the batch, and near float64;
+    a torch.sum in its place (another order) is told apart."""
+    gen = torch.Generator().manual_seed(4)
+    x, gy = torch.randn(40, 523, generator=gen) * 3, torch.randn(40, 523, generator=gen)
+
+    def grad(rows: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        xg = rows.clone().requires_grad_()
+        with M.mode("exact"):
+            torch.softmax(xg, -1).backward(g)
+        return xg.grad
+
+    full = grad(x, gy)
+    same(grad(x[5:6], gy[5:6]), full[5:6], "row 5 alone")
+    y = torch.exp(rl_kernel.log_softmax(x, -1))
+    same(full, y * (gy - M.tree_sum(gy * y).unsqueeze(-1)), "the definition")
+    assert not bits_equal(full, y * (gy - (gy * y).sum(-1, keepdim=True))), "a plain torch.sum must differ here"
+    ref = x.double().softmax(-1)
+    ref = ref * (gy.double() - (gy.double() * ref).sum(-1, keepdim=True))
+    assert (full.double() - ref).abs().max() < 1e-5
+
+
+def test_topk_breaks_ties_to_the_lower_index() -> None:
+    x = torch.tensor([[0.5, 2.0, 2.0, -1.0, 2.0], [3.0, 3.0, 3.0, 3.0, 3.0]])
+    with M.mode("exact"):
+        v, i = torch.topk(x, 3)
+        lo_v, lo_i = torch.topk(x, 2, largest=False)
+    assert i.tolist() == [[1, 2, 4], [0, 1, 2]] and v.tolist() == [[2.0, 2.0, 2.0], [3.0, 3.0, 3.0]]
+    assert lo_i.tolist() == [[3, 0], [0, 1]] and lo_v.tolist() == [[-1.0, 0.5], [3.0, 3.0]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_index_add_adds_a_rows_slices_in_source_order(dtype) -> None:
+    """Row 2 named three times gets ((x + s0) + s3) + s5, one rounding per add, in place and not; every other row
+    its one add; alpha scales the source first."""
+    g = torch.Generator().manual_seed(5)
+    x, src = torch.randn(6, 4, generator=g).to(dtype), (torch.randn(7, 4, generator=g) * 100).to(dtype)
+    idx = torch.tensor([2, 0, 4, 2, 1, 2, 5])
+    want = x.clone()
+    for j in range(7):  # the definition, one slice at a time
+        want[idx[j]] = want[idx[j]] + src[j]
+    with M.mode("exact"):
+        out = x.index_add(0, idx, src)
+        inplace = x.clone().index_add_(0, idx, src)
+        cols = x.t().contiguous().index_add(1, idx, src.t().contiguous())
+        scaled = x.index_add(0, idx, src, alpha=2)
+    same(out, want, f"{dtype} index_add")
+    same(inplace, want, f"{dtype} index_add_")
+    same(cols, want.t(), f"{dtype} index_add over dim 1")
+    twice = x.clone()
+    for j in range(7):
+        twice[idx[j]] = twice[idx[j]] + src[j] * 2
+    same(scaled, twice, f"{dtype} alpha = 2")
+    assert not bits_equal(want, x.clone().index_add_(0, idx.flip(0), src.flip(0))), "the order must show"
+
+
+def test_the_grouped_gemm_is_refused_by_name() -> None:
+    a, b = torch.randn(6, 8), torch.randn(2, 8, 4)
+    offs = torch.tensor([3, 6], dtype=torch.int32)
+    with M.mode("exact"), pytest.raises(M.ModeError, match=r"_grouped_mm.*experts_implementation='eager'"):
+        torch._grouped_mm(a, b, offs=offs)
+
+
+def test_the_audit_names_a_scatter_add_that_names_a_row_twice() -> None:
+    """index_put(accumulate=True) over distinct rows is one add per row (exact); over a repeated row it is a sum
+    whose order the mode does not fix: named."""
+    base, vals = torch.zeros(4, 3), torch.ones(3, 3)
+
+    def scatter(rows: list[int]):
+        return lambda: base.index_put((torch.tensor(rows),), vals, accumulate=True)
+
+    assert M.audit(scatter([0, 2, 3])).covered
+    found = M.audit(scatter([0, 2, 0]))
+    assert not found.covered and "index_put" in found.summary()
