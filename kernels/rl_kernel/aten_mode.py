@@ -47,10 +47,22 @@ from rl_kernel import tiers
 # aten operator -> the function serving it (below autograd: autograd's derivative formulas call these too).
 SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
           "scaled_dot_product_attention", "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim",
-          "topk", "index_add", "index_add_", "_grouped_mm")  # fmt: skip
+          "topk", "index_add", "index_add_", "_grouped_mm", "native_layer_norm",
+          "native_layer_norm_backward")  # fmt: skip
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
 # Defined in torch's own elementwise operators (the contract's tree, a stable order, one add at a time): any device.
-EVERY_DEVICE = {"sum", "sum.dim_IntList", "mean", "mean.dim", "topk", "index_add", "index_add_", "_grouped_mm"}
+EVERY_DEVICE = {
+    "sum",
+    "sum.dim_IntList",
+    "mean",
+    "mean.dim",
+    "topk",
+    "index_add",
+    "index_add_",
+    "_grouped_mm",
+    "native_layer_norm",
+    "native_layer_norm_backward",
+}
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -218,7 +230,8 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
               "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,
               "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
               "index_add_": index_add_,
-              "_grouped_mm": _grouped_mm_refused(t),
+              "_grouped_mm": _grouped_mm_refused(t), "native_layer_norm": layer_norm,
+              "native_layer_norm_backward": layer_norm_backward,
               "scaled_dot_product_attention": _sdpa_server(t, check),
               "embedding_dense_backward": embedding_dense_backward,
               "sum": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=False),
@@ -273,6 +286,56 @@ def _grouped_mm_refused(t: tiers.Tier) -> Callable:
                         "whose products are the tier's linear")  # fmt: skip
 
     return refuse
+
+
+# ---- LayerNorm: its statistics by the tree, in fp32, rounded once -----------------------------------------------
+def _rows(x: torch.Tensor, normalized_shape) -> torch.Tensor:
+    """x as fp32 rows [..., n] over its last len(normalized_shape) dims."""
+    return x.float().reshape(*x.shape[: x.dim() - len(normalized_shape)], -1)
+
+
+def _norm_stats(rows: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    n = rows.shape[-1]
+    mean = tree_sum(rows) / n
+    var = tree_sum((rows - mean[..., None]) ** 2) / n
+    return mean, torch.rsqrt(var + eps)
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight, bias, eps: float):
+    """aten::native_layer_norm: mean and variance (of x - mean) by tree_sum in fp32, rstd = rsqrt(var + eps), the
+    output (x - mean) * rstd * w + b in fp32, rounded once. mean and rstd come back in fp32, unrounded, for the
+    backward."""
+    rows = _rows(x, normalized_shape)
+    mean, rstd = _norm_stats(rows, eps)
+    out = (rows - mean[..., None]) * rstd[..., None]
+    if weight is not None:
+        out = out * weight.float().reshape(-1)
+    if bias is not None:
+        out = out + bias.float().reshape(-1)
+    stat_shape = (*x.shape[: x.dim() - len(normalized_shape)], *([1] * len(normalized_shape)))
+    return out.reshape(x.shape).to(x.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+
+
+def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """aten::native_layer_norm_backward in fp32 with the tree's sums: dx = rstd (g - mean(g) - xhat mean(g xhat)) with
+    g = dy w (a row alone, whatever the batch), dw = the sum over rows of dy xhat, db = that of dy (each one tree over
+    the rows in order); rounded once each."""
+    rows = _rows(x, normalized_shape)
+    m, r = mean.float().reshape(rows.shape[:-1]), rstd.float().reshape(rows.shape[:-1])  # as the forward saved them
+    xhat = (rows - m[..., None]) * r[..., None]
+    dy = _rows(grad, normalized_shape)
+    n = rows.shape[-1]
+    dx = dw = db = None
+    if output_mask[0]:
+        g = dy * weight.float().reshape(-1) if weight is not None else dy
+        dx = r[..., None] * (g - (tree_sum(g) / n)[..., None] - xhat * (tree_sum(g * xhat) / n)[..., None])
+        dx = dx.reshape(x.shape).to(x.dtype)
+    flat = dy.reshape(-1, n)
+    if output_mask[1] and weight is not None:
+        dw = tree_sum((flat * xhat.reshape(-1, n)).t()).reshape(weight.shape).to(weight.dtype)
+    if output_mask[2] and bias is not None:
+        db = tree_sum(flat.t()).reshape(bias.shape).to(bias.dtype)
+    return dx, dw, db
 
 
 # ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----

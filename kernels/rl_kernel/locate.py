@@ -57,7 +57,8 @@ from rl_kernel.locator import (
     locate_paths,
     ulp_distance,
 )
-from rl_kernel.models import FAMILIES, sequences, tiny_model
+from rl_kernel.models import ARCHITECTURES, FAMILIES, sequences, tiny_model
+from rl_kernel.tiers import TierError
 
 __all__ = [
     "LABELS",
@@ -109,13 +110,17 @@ EPILOG = "Exit 0: the paths agree bit for bit; 1: they differ; 3: bad arguments;
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rl_kernel.locate", description=__doc__.split("\n\n")[0], epilog=EPILOG)
-    p.add_argument("--family", choices=FAMILIES, default="qwen3")
+    p.add_argument("--family", choices=ARCHITECTURES, default="qwen3", help=f"patch() takes {', '.join(FAMILIES)}")
     p.add_argument("--layers", type=_positive, default=2)
     p.add_argument("--hidden", type=_positive, default=64)
     p.add_argument("--heads", type=_positive, default=4)
     p.add_argument("--vocab", type=_positive, default=128)
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
-    p.add_argument("--tier", default="exact", help="stock (unpatched) or an rl_kernel tier: exact, fast")
+    p.add_argument(
+        "--tier",
+        default=None,
+        help="stock (unpatched) or an rl_kernel tier: exact, fast (default: exact; stock with --mode)",
+    )
     p.add_argument("--batch", type=_positive, default=4)
     p.add_argument("--prompt", type=_positive, default=8, help="rows of 2 .. PROMPT tokens, left padded")
     p.add_argument("--new", type=_positive, default=4, help="decode steps compared")
@@ -131,8 +136,36 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="compare the positions whose logits score the completion, not the decode positions",
     )
+    p.add_argument(
+        "--mode",
+        metavar="TIER",
+        help="run the unpatched model under rl_kernel.mode(TIER) (every architecture), and audit a forward and "
+        "backward of it: the operators the mode leaves to stock",
+    )
     p.add_argument("--json", metavar="OUT", help="also write the report as JSON")
     return p
+
+
+def _checked(args: argparse.Namespace) -> None:
+    """Options that cannot go together, named."""
+    if args.mode and args.tier not in (None, "stock"):
+        raise ValueError(f"--mode {args.mode} runs the unpatched model: leave --tier out (got --tier {args.tier})")
+    args.tier = args.tier or ("stock" if args.mode else "exact")
+    if args.tier != "stock" and args.family not in FAMILIES:
+        raise ValueError(f"--family {args.family}: patch() takes {', '.join(FAMILIES)}; try --mode {args.tier}")
+
+
+def _audited(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, tier: str):
+    """rl_kernel.aten_mode.audit of one forward and backward of a Hugging Face model over the sequences."""
+    from rl_kernel import aten_mode
+
+    def step() -> None:
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        logits.float().sum().backward()
+
+    found = aten_mode.audit(step, tier)
+    model.zero_grad(set_to_none=True)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,11 +191,23 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 raise ValueError(f"--model {args.model} returned {type(made).__name__}, not a model or a tuple")
         else:
+            _checked(args)
             model = tiny_model(args.family, args.vocab, args.layers, args.hidden, args.heads, dtype=args.dtype,
                                seed=args.seed, device=args.device, tier=args.tier)  # fmt: skip
             ids, mask = sequences(args.batch, args.prompt, args.new, args.vocab, args.seed)
             run = lambda: locate(model, ids.to(device), mask.to(device), args.new, scored=args.scored)  # noqa: E731
-    except (ValueError, TypeError, RuntimeError) as exc:
+        if args.mode:
+            import rl_kernel
+
+            rl_kernel.tiers.get(args.mode)  # an unknown tier is a clear error here, before any work
+            plain_run = run
+
+            def run() -> Report:
+                with rl_kernel.mode(args.mode):
+                    report = plain_run()
+                report.context["audit"] = _audited(model, ids.to(device), mask.to(device), args.mode).summary()
+                return report
+    except (ValueError, TypeError, RuntimeError, TierError) as exc:
         print(f"rl_kernel.locate: {exc}", file=sys.stderr)
         return 3
     try:
@@ -174,8 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         return 2
     what = args.model or f"{args.family} {args.tier} {args.dtype} layers {args.layers} hidden {args.hidden}"
+    if args.mode:
+        what += f" under rl_kernel.mode({args.mode!r})"
     report.context = {"model": what, **report.context}
     print(report.summary())
+    if "audit" in report.context:
+        print(f"audit: {report.context['audit']}")
     code = 0 if report.equal else 1
     if args.json:
         with open(args.json, "w") as f:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # ---- the Hugging Face tiny models --------------------------------------------------------------------
@@ -128,3 +129,92 @@ def sequences(batch: int, prompt: int, new: int, vocab: int, seed: int) -> tuple
         ids[b, prompt - n :] = torch.randint(1, vocab, (n + new,), generator=g)
         mask[b, prompt - n :] = 1
     return ids, mask
+
+
+# ---- a decoder in plain PyTorch, as an engine writes its own (no transformers, no rl_kernel) -------------------
+class PlainDecoder(nn.Module):
+    """A Llama-style decoder in plain torch: RMSNorm by mean and rsqrt, rotary embedding from the mask's positions,
+    grouped-query attention by F.scaled_dot_product_attention over a growing key/value cache with a boolean mask,
+    SwiGLU; `generate` is a greedy loop over left-padded prompts. What rl_kernel.mode must reach without a patch."""
+
+    def __init__(self, vocab: int, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                 seed: int = 0) -> None:  # fmt: skip
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        g = torch.Generator().manual_seed(seed)
+
+        def matrix(rows: int, cols: int) -> nn.Parameter:
+            return nn.Parameter(torch.randn(rows, cols, generator=g) * cols**-0.5)
+
+        def norm(n: int) -> nn.Parameter:
+            return nn.Parameter(1.0 + 0.1 * torch.randn(n, generator=g))
+
+        kv = kv_heads * self.head_dim
+
+        def block() -> nn.ParameterDict:
+            mlp = 2 * hidden
+            shapes = {"q": (hidden, hidden), "k": (kv, hidden), "v": (kv, hidden), "o": (hidden, hidden),
+                      "gate": (mlp, hidden), "up": (mlp, hidden), "down": (hidden, mlp)}  # fmt: skip
+            return nn.ParameterDict(
+                {"attn_norm": norm(hidden), "mlp_norm": norm(hidden)} | {n: matrix(*s) for n, s in shapes.items()}
+            )
+
+        self.embed = nn.Parameter(torch.randn(vocab, hidden, generator=g))
+        self.blocks = nn.ModuleList(block() for _ in range(layers))
+        self.norm, self.head = norm(hidden), matrix(vocab, hidden)
+        self.register_buffer("inv_freq", 10000.0 ** (-torch.arange(0, self.head_dim, 2).float() / self.head_dim))
+
+    @staticmethod
+    def _rms(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+    def _rotate(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        angles = pos[:, None, :, None].float() * self.inv_freq
+        cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, cache: list | None = None) -> torch.Tensor:
+        """Logits [B, T, V] of ids [B, T] after the cache's tokens; mask [B, cache + T] (1 token, 0 left padding).
+        `cache`: a list this call appends each layer's keys and values to (None: no cache)."""
+        b, t = ids.shape
+        past = 0 if not cache else cache[0][0].shape[2]
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        slots = torch.arange(past + t, device=ids.device)
+        seen = (slots[None, None, :] <= (past + torch.arange(t, device=ids.device))[None, :, None]) & mask[
+            :, None, :
+        ].bool()  # causal, and no padding key
+        real = mask[:, past:, None].to(self.embed.dtype)
+        h = F.embedding(ids, self.embed)
+        for i, blk in enumerate(self.blocks):
+            x = self._rms(h, blk["attn_norm"])
+            q = (x @ blk["q"].t()).view(b, t, self.heads, -1).transpose(1, 2)
+            k = (x @ blk["k"].t()).view(b, t, self.kv_heads, -1).transpose(1, 2)
+            v = (x @ blk["v"].t()).view(b, t, self.kv_heads, -1).transpose(1, 2)
+            q, k = self._rotate(q, pos), self._rotate(k, pos)
+            if cache is not None:
+                if len(cache) > i:
+                    k, v = torch.cat([cache[i][0], k], 2), torch.cat([cache[i][1], v], 2)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=seen[:, None], enable_gqa=True)
+            h = h + (a.transpose(1, 2).reshape(b, t, -1) @ blk["o"].t()) * real  # padding rows stay 0
+            x = self._rms(h, blk["mlp_norm"])
+            h = h + (F.silu(x @ blk["gate"].t()) * (x @ blk["up"].t())) @ blk["down"].t()
+        return self._rms(h, self.norm) @ self.head.t()
+
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, mask: torch.Tensor, new: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Greedy: (the `new` tokens [B, new], their logits [B, new, V]): a prefill, then one token a step."""
+        cache: list = []
+        logits = self(ids, mask, cache)[:, -1]
+        tokens, steps = [], [logits]
+        for _ in range(new - 1):
+            tokens.append(logits.argmax(-1, keepdim=True))
+            mask = torch.cat([mask, torch.ones_like(tokens[-1])], 1)
+            logits = self(tokens[-1], mask, cache)[:, -1]
+            steps.append(logits)
+        tokens.append(logits.argmax(-1, keepdim=True))
+        return torch.cat(tokens, 1), torch.stack(steps, 1)

@@ -121,7 +121,7 @@ def test_bad_arguments_exit_3_and_say_why(args, problem, capfd):
 def test_help_is_rl_kernel_locates(capfd):
     assert cli.main(["locate", "--help"]) == gate.OK
     out = capfd.readouterr().out
-    assert out.startswith("usage: python -m rl_kernel.locate") and "--family {llama,qwen2,qwen3}" in out
+    assert out.startswith("usage: python -m rl_kernel.locate") and "--family {llama,qwen2,qwen3,mistral," in out
 
 
 def test_a_crash_is_exit_2_never_1(tmp_path, monkeypatch, capfd):

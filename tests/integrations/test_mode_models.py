@@ -114,3 +114,46 @@ def test_the_grouped_experts_are_refused_by_name() -> None:
     _forward(model, ids)
     with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="_grouped_mm"):
         _forward(model, ids)
+
+
+# ---- a model in plain PyTorch (rl_kernel.models.PlainDecoder: an engine's own classes, no transformers) ----------
+def plain_both_ways(dtype: torch.dtype, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Its greedy loop's logits for five left-padded prompts, its teacher-forced forward's, and the third sequence's
+    forward alone; on the CPU."""
+    model = models.PlainDecoder(VOCAB).to(dtype).to(device).eval()
+    ids, mask = (t.to(device) for t in models.sequences(5, 9, 0, VOCAB, seed=3))
+    tokens, generated = model.generate(ids, mask, NEW)
+    full, full_mask = torch.cat([ids, tokens], 1), torch.cat([mask, torch.ones_like(tokens)], 1)
+    with torch.no_grad():
+        forward = model(full, full_mask)[:, -NEW - 1 : -1]
+        real = full_mask[2].bool()
+        alone = model(full[2:3, real], full_mask[2:3, real])[:, -NEW - 1 : -1]
+    return generated.float().cpu(), forward.float().cpu(), alone.float().cpu()
+
+
+@pytest.mark.parametrize(("tier", "device", "dtypes"), PLACES)
+def test_a_plain_pytorch_model_under_the_mode(tier: str, device: str, dtypes) -> None:
+    for name in dtypes:
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[name]
+        with rl_kernel.mode(tier):
+            generated, forward, alone = plain_both_ways(dtype, device)
+            again = plain_both_ways(dtype, device)
+        assert bits_equal(generated, forward), f"plain {tier} {device} {name}: {diff(generated, forward).summary()}"
+        assert bits_equal(alone, forward[2:3]), f"plain {tier} {device} {name}: alone vs batch"
+        assert all(bits_equal(a, b) for a, b in zip(again, (generated, forward, alone), strict=True)), "run to run"
+    if device == "cpu":  # the negative control
+        generated, forward, _ = plain_both_ways(torch.float32, "cpu")
+        assert not bits_equal(generated, forward), "stock: the plain model's loop == its forward: the check cannot fail"
+
+
+def test_the_audit_finds_the_plain_model_covered() -> None:
+    model = models.PlainDecoder(97).to(torch.bfloat16)
+    ids, mask = models.sequences(3, 8, 4, 97, seed=1)
+
+    def step() -> None:
+        logits = model(ids, mask)
+        logits.float().backward(torch.ones(logits.shape))
+
+    found = aten_mode.audit(step)
+    assert found.covered, found.summary()
+    assert {"mm", "embedding_dense_backward", "rl_kernel::attention"} <= found.served.keys(), found.served

@@ -185,3 +185,36 @@ def test_the_tiny_builder_gives_the_harness_workloads_weights():
     theirs = R.build("qwen2", VOCAB, "fp32", 0, "cpu", layers=2, hidden=32, heads=4)
     a, b = dict(ours.named_parameters()), dict(theirs.named_parameters())
     assert a.keys() == b.keys() and all(bits_equal(a[k], b[k]) for k in a)
+
+
+CLI = ["--layers", "2", "--hidden", "32", "--vocab", "97", "--batch", "3", "--prompt", "6", "--new", "3"]
+
+
+def test_the_command_runs_an_unpatched_architecture_under_the_mode_and_audits_it(capsys, tmp_path) -> None:
+    """`--mode exact` on an architecture patch() does not take (Mistral): the paths agree and the audit finds it
+    covered (exit 0, both in the JSON); the same model without the mode parts (exit 1): the control."""
+    from rl_kernel.locate import main
+
+    out = tmp_path / "r.json"
+    assert main(["--family", "mistral", "--mode", "exact", "--json", str(out), *CLI]) == 0
+    said = capsys.readouterr().out
+    assert "audit: mode('exact') covers it" in said and "rl_kernel.mode('exact')" in said
+    import json
+
+    assert json.loads(out.read_text())["context"]["audit"].startswith("mode('exact') covers it")
+    assert main(["--family", "mistral", "--tier", "stock", *CLI]) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--family", "mistral"], "patch() takes llama, qwen2, qwen3; try --mode exact"),
+        (["--family", "qwen3", "--mode", "exact", "--tier", "fast"], "leave --tier out"),
+        (["--family", "qwen3", "--mode", "nosuch"], "nosuch"),
+    ],
+)
+def test_the_command_names_options_that_cannot_go_together(capsys, args: list[str], words: str) -> None:
+    from rl_kernel.locate import main
+
+    assert main([*args, *CLI]) == 3
+    assert words in capsys.readouterr().err

@@ -246,7 +246,7 @@ def test_sums_and_means_follow_the_contracts_plain_sum() -> None:
 
 
 class PlainModel(torch.nn.Module):
-    """An engine's own model class, in plain PyTorch (no transformers, no rl_kernel): two linears and a norm."""
+    """An engine's own model class, in plain PyTorch (no transformers, no rl_kernel): two linears and a group norm."""
 
     def __init__(self, norm: bool) -> None:
         super().__init__()
@@ -257,8 +257,8 @@ class PlainModel(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(F.linear(x, self.up))
-        if self.norm:  # a LayerNorm: aten::native_layer_norm, which the mode leaves to stock
-            h = F.layer_norm(h, (64,))
+        if self.norm:  # a GroupNorm: aten::native_group_norm, which the mode leaves to stock
+            h = F.group_norm(h, 8)
         return F.log_softmax(F.linear(h, self.down), dim=-1)
 
 
@@ -286,10 +286,10 @@ def test_the_audit_covers_a_model_of_served_operators_only() -> None:
 
 
 def test_the_audit_names_each_operator_left_to_stock() -> None:
-    """Negative controls: a LayerNorm and a loss through logsumexp over the batch are named."""
+    """Negative controls: a GroupNorm and a loss through logsumexp over the batch are named."""
     norm = M.audit(step(PlainModel(norm=True)))
-    assert not norm.covered and "native_layer_norm" in norm.unserved, norm.summary()
-    assert "aten::native_layer_norm" in norm.summary()
+    assert not norm.covered and "native_group_norm" in norm.unserved, norm.summary()
+    assert "aten::native_group_norm" in norm.summary()
     loss = M.audit(step(PlainModel(norm=False), loss_over_the_batch=True))
     assert not loss.covered and "logsumexp" in loss.unserved, loss.summary()
     assert M.active() is None
@@ -384,3 +384,40 @@ def test_the_audit_names_a_scatter_add_that_names_a_row_twice() -> None:
     assert M.audit(scatter([0, 2, 3])).covered
     found = M.audit(scatter([0, 2, 0]))
     assert not found.covered and "index_put" in found.summary()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_layer_norm_is_the_trees_statistics_and_batch_invariant(dtype) -> None:
+    """F.layer_norm under the mode: mean and variance by the contract's tree in fp32, one rounding; a row alone ==
+    in the batch, forward and dX; near float64; the weight's and bias's gradients run to run; covered by the audit."""
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(4, 7, 300, generator=g) * 3 + 1).to(dtype)
+    w, b = (1 + 0.1 * torch.randn(300, generator=g)).to(dtype), (0.1 * torch.randn(300, generator=g)).to(dtype)
+    dy = torch.randn(4, 7, 300, generator=g).to(dtype)
+
+    def run(xs: torch.Tensor, dys: torch.Tensor):
+        xg, wg, bg = (t.clone().requires_grad_() for t in (xs, w, b))
+        with M.mode("exact"):
+            y = F.layer_norm(xg, (300,), wg, bg)
+            y.backward(dys)
+        return y, xg.grad, wg.grad, bg.grad
+
+    y, dx, dw, db = run(x, dy)
+    rows = x.float().reshape(-1, 300)
+    mean = M.tree_sum(rows) / 300
+    rstd = torch.rsqrt(M.tree_sum((rows - mean[:, None]) ** 2) / 300 + 1e-5)
+    want = ((rows - mean[:, None]) * rstd[:, None] * w.float() + b.float()).reshape(x.shape).to(dtype)
+    same(y, want, f"{dtype} the definition")
+    alone = run(x[1:2, 3:4], dy[1:2, 3:4])
+    same(alone[0], y[1:2, 3:4], f"{dtype} a row alone, forward")
+    same(alone[1], dx[1:2, 3:4], f"{dtype} a row alone, dX")
+    again = run(x, dy)
+    for name, a, c in zip(("y", "dx", "dw", "db"), again, (y, dx, dw, db), strict=True):
+        same(a, c, f"{dtype} {name} run to run")
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    F.layer_norm(ref[0], (300,), ref[1], ref[2]).backward(dy.double())
+    tol = 1e-5 if dtype == torch.float32 else 0.05
+    for name, got, r in (("dx", dx, ref[0].grad), ("dw", dw, ref[1].grad), ("db", db, ref[2].grad)):
+        assert (got.double() - r).abs().max() <= tol * max(1.0, r.abs().max().item()), name
+    found = M.audit(lambda: F.layer_norm(x.clone().requires_grad_(), (300,), w, b).sum().backward())
+    assert found.covered and "native_layer_norm" in found.served, found.summary()
