@@ -212,18 +212,17 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
         return embedding_grad(ids, grad, shape, None if padding_idx < 0 else padding_idx)
 
     def _softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
-        # The tier's softmax is exp of its log_softmax (fp32), rounded once: one definition with the log-probs.
         check("_softmax", x)
         with torch.no_grad():
-            out = torch.exp(log_softmax(x, dim))
+            out = softmax(x.float().movedim(dim, -1)).movedim(-1, dim)
         return out if half_to_float else out.to(x.dtype)
 
     def _softmax_backward_data(grad: torch.Tensor, out: torch.Tensor, dim: int, input_dtype) -> torch.Tensor:
-        # y * (g - sum(g * y)) in fp32, the row's sum by the contract's tree, rounded once to input_dtype.
+        # y * (g - sum(g * y)) in fp32, the row's sum over its nonzero terms (nonzero_sum), rounded once.
         check("_softmax_backward_data", grad, out)
         with torch.no_grad():
             g, y = grad.float().movedim(dim, -1), out.float().movedim(dim, -1)
-            dot = tree_sum(g * y).unsqueeze(-1)
+            dot = nonzero_sum(g * y).unsqueeze(-1)
             return (y * (g - dot)).movedim(-1, dim).to(input_dtype)
 
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
@@ -336,6 +335,23 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
     if output_mask[2] and bias is not None:
         db = tree_sum(flat.t()).reshape(bias.shape).to(bias.dtype)
     return dx, dw, db
+
+
+# ---- softmax: a row's nonzero terms, summed by the tree ----------------------------------------------------------
+def nonzero_sum(terms: torch.Tensor) -> torch.Tensor:
+    """[..., n] -> [...]: tree_sum of the row's nonzero terms, moved to the front in order. A zero adds nothing, but
+    where it stands moves the tree's pairs: a row with masked (zero) terms before its real ones, as eager
+    attention's rows in a left-padded batch, sums like the same row unpadded."""
+    order = torch.sort((terms == 0).to(torch.int8), dim=-1, stable=True).indices
+    return tree_sum(terms.gather(-1, order))
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """fp32 softmax over the last dim: exp(x - max) / the nonzero_sum of those terms (a masked key's exp is 0, so
+    padding before a row's keys changes no bit); a row of -inf or NaN gives NaN, as torch's."""
+    m = x.amax(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / nonzero_sum(e).unsqueeze(-1)
 
 
 # ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----

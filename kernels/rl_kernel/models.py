@@ -51,8 +51,8 @@ def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: in
     """The architectures patch() does not know, each with what it adds: Mistral (a sliding window, here wider than
     any test's sequence, so it cuts no key), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after the
     blocks, q/k norms over all heads), Qwen3-MoE (a top-k router and experts whose rows change with the batch),
-    Gemma 2 (logit soft-capping in attention and at the head, (1 + w) norms, eager attention, alternating
-    windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global)."""
+    Gemma 2 (logit soft-capping in attention and at the head, so eager attention: bmm and softmax; (1 + w) norms,
+    alternating windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global)."""
     window = 4096  # wider than every test's sequence: the window cuts no key (a narrower one is refused by name)
     if family == "mistral":
         return transformers.MistralConfig(**common, sliding_window=window)

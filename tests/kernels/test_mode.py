@@ -297,22 +297,33 @@ def test_the_audit_names_each_operator_left_to_stock() -> None:
 
 # ---- softmax, topk, index_add: the mixture of experts' and eager attention's operators -------------------------
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_softmax_is_exp_of_the_tiers_log_softmax_and_batch_invariant(dtype) -> None:
+def test_softmax_sums_a_rows_nonzero_terms_whatever_masks_them_first(dtype) -> None:
+    """torch.softmax under the mode: exp(x - max) over the tree's sum of the row's nonzero terms, rounded once; a row
+    alone == in the batch; and a row behind masked keys (-inf or finfo.min, as eager attention masks a left padding)
+    gives its real keys the bits of the unpadded row: the plain tree over the padded row (the control) does not."""
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(33, 301, generator=g) * 4).to(dtype)
     with M.mode("exact"):
         y = torch.softmax(x, -1)
         rows = [torch.softmax(x[i : i + 1], -1) for i in (0, 17, 32)]
         y32 = torch.softmax(x, -1, dtype=torch.float32)
-    same(y, torch.exp(rl_kernel.log_softmax(x, -1)).to(dtype), f"{dtype} softmax")
-    same(y32, torch.exp(rl_kernel.log_softmax(x.float(), -1)), f"{dtype} softmax in fp32")
+        padded = {fill: torch.softmax(torch.cat([torch.full((33, 5), fill).to(dtype), x], -1), -1)
+                  for fill in (float("-inf"), torch.finfo(dtype).min)}  # fmt: skip
+    same(y32, M.softmax(x.float()), f"{dtype} the definition, fp32")
+    same(y, M.softmax(x.float()).to(dtype), f"{dtype} the definition")
     for i, r in zip((0, 17, 32), rows, strict=True):
         same(r, y[i : i + 1], f"{dtype} row {i} alone")
+    for fill, p in padded.items():
+        same(p[:, 5:], y, f"{dtype} behind 5 keys masked with {fill}")
+        assert bool((p[:, :5] == 0).all())
+    e = torch.exp(x.float() - x.float().amax(-1, keepdim=True))
+    plain = e / M.tree_sum(torch.cat([torch.zeros(33, 5), e], -1)).unsqueeze(-1)
+    assert not bits_equal(plain, M.softmax(x.float())), "the padded row's plain tree must differ here"
 
 
 def test_softmax_backward_is_the_trees_row_sum() -> None:
-    """y * (g - sum(g * y)) with the row's sum by the contract's tree: a row alone == in the batch, and near float64;
-    a torch.sum in its place (another order) is told apart."""
+    """y * (g - sum(g * y)) with the row's sum of nonzero terms by the contract's tree: a row alone == in the batch,
+    and near float64; a torch.sum in its place (another order) is told apart."""
     gen = torch.Generator().manual_seed(4)
     x, gy = torch.randn(40, 523, generator=gen) * 3, torch.randn(40, 523, generator=gen)
 
@@ -324,8 +335,8 @@ def test_softmax_backward_is_the_trees_row_sum() -> None:
 
     full = grad(x, gy)
     same(grad(x[5:6], gy[5:6]), full[5:6], "row 5 alone")
-    y = torch.exp(rl_kernel.log_softmax(x, -1))
-    same(full, y * (gy - M.tree_sum(gy * y).unsqueeze(-1)), "the definition")
+    y = M.softmax(x)
+    same(full, y * (gy - M.nonzero_sum(gy * y).unsqueeze(-1)), "the definition")
     assert not bits_equal(full, y * (gy - (gy * y).sum(-1, keepdim=True))), "a plain torch.sum must differ here"
     ref = x.double().softmax(-1)
     ref = ref * (gy.double() - (gy.double() * ref).sum(-1, keepdim=True))
