@@ -10,13 +10,13 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
         loss.backward()              # autograd's formulas call mm again: the tier's as well
 
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
-`linear` and `matmul` decompose into them), `_log_softmax` with its backward, `_softmax` (exp of the tier's
-log_softmax) with its backward, `scaled_dot_product_attention` as the tier's `attention` where the mask is a key
-range per row (key_ranges), and the embedding's weight gradient (`embedding_dense_backward`) as the tier's
-fixed-order sum; and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as
-numerics.md section 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and
-`index_add` one add at a time in source order (a mixture of experts' combine). `_grouped_mm` is refused by name.
-An mm is the tier's `linear` of the second operand's transpose, so `F.linear` under the mode gives
+`linear` and `matmul` decompose into them), `_log_softmax` with its backward, `_softmax` (over a row's nonzero
+terms) with its backward, `scaled_dot_product_attention` as the tier's `attention` where the mask is a key range per
+row (key_ranges), and the embedding's weight gradient (`embedding_dense_backward`) as the tier's fixed-order sum;
+and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as numerics.md section
+2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and `index_add` one add at a
+time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree. `_grouped_mm` is
+refused by name. An mm is the tier's `linear` of the second operand's transpose, so `F.linear` under the mode gives
 `rl_kernel.linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
 patch's products in the same order). What the mode cannot serve raises a ModeError naming the form (a scaled addmm,
 a dtype or device the tier lacks), never stock.
@@ -48,7 +48,7 @@ from rl_kernel import tiers
 SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
           "scaled_dot_product_attention", "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim",
           "topk", "index_add", "index_add_", "_grouped_mm", "native_layer_norm",
-          "native_layer_norm_backward")  # fmt: skip
+          "native_layer_norm_backward", "logsumexp")  # fmt: skip
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
 # Defined in torch's own elementwise operators (the contract's tree, a stable order, one add at a time): any device.
 EVERY_DEVICE = {
@@ -230,7 +230,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
               "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
               "index_add_": index_add_,
               "_grouped_mm": _grouped_mm_refused(t), "native_layer_norm": layer_norm,
-              "native_layer_norm_backward": layer_norm_backward,
+              "native_layer_norm_backward": layer_norm_backward, "logsumexp": logsumexp,
               "scaled_dot_product_attention": _sdpa_server(t, check),
               "embedding_dense_backward": embedding_dense_backward,
               "sum": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=False),
@@ -352,6 +352,21 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     m = x.amax(-1, keepdim=True)
     e = torch.exp(x - m)
     return e / nonzero_sum(e).unsqueeze(-1)
+
+
+def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    """aten::logsumexp over `dim` in fp32: max + log of the nonzero_sum of exp(x - max) over the reduced elements in
+    row-major order, rounded once (a row of -inf gives -inf, one with +inf gives +inf, as torch's)."""
+    dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    rows = x.float().permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1)
+    m = rows.amax(-1, keepdim=True)
+    shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    out = torch.log(nonzero_sum(torch.exp(rows - shift))) + shift.squeeze(-1)
+    if keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
 
 
 # ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----
