@@ -1,0 +1,173 @@
+"""The aten operators rl_kernel.mode defines itself, in torch's own elementwise operators, so that they give the same
+bits on every device whatever the tier: numerics.md section 2's plain-sum tree (tree_sum, reduce: sum and mean),
+softmax and logsumexp over a row's nonzero terms, LayerNorm by the tree, topk with ties to the lower index and
+index_add one add at a time in source order. rl_kernel.aten_mode registers them (docs/architecture.md, "The mode")."""
+
+from __future__ import annotations
+
+import torch
+
+
+class ModeError(ValueError):
+    """An operator the mode cannot serve exactly, named with the reason."""
+
+
+# ---- selections and scattered adds: one defined order, in torch's own operators (every device) -----------------
+def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """aten::topk with ties broken by the lower index (a stable sort): the k picked and their order are a function
+    of the row alone, on every device (a router's experts, a sampler's top-k)."""
+    values, indices = torch.sort(x, dim=dim, descending=largest, stable=True)
+    return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
+
+
+def index_add(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+    """aten::index_add: out = x, then each slice of `source` added to its row of out in source order, one add at a
+    time (a row named twice gets its first slice, then its second): torch's CUDA kernel adds duplicates atomically,
+    in any order. Rounds each add to x's dtype, as torch's does."""
+    return index_add_(x.clone(), dim, index, source, alpha=alpha)
+
+
+def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+    """index_add in place: passes of rows named once each, written back by index_copy_ (not index_add_, which the
+    mode serves: the pass would call itself)."""
+    if index.numel() == 0:
+        return out
+    src = (source if alpha == 1 else source * alpha).to(out.dtype)
+    index = index.reshape(-1)
+    order = torch.sort(index, stable=True)
+    sorted_idx, pos = order.values, order.indices
+    first = torch.ones_like(sorted_idx, dtype=torch.bool)
+    first[1:] = sorted_idx[1:] != sorted_idx[:-1]
+    start = torch.cummax(torch.where(first, torch.arange(len(first), device=index.device), 0), 0).values
+    rank = torch.empty_like(pos)
+    rank[pos] = torch.arange(len(pos), device=index.device) - start  # which occurrence of its row each slice is
+    for r in range(int(rank.max()) + 1):  # one pass per occurrence: no row twice in a pass
+        take = (rank == r).nonzero().squeeze(1)
+        rows = index[take]
+        out.index_copy_(dim, rows, out.index_select(dim, rows) + src.index_select(dim, take))
+    return out
+
+
+# ---- LayerNorm: its statistics by the tree, in fp32, rounded once -----------------------------------------------
+def _rows(x: torch.Tensor, normalized_shape) -> torch.Tensor:
+    """x as fp32 rows [..., n] over its last len(normalized_shape) dims."""
+    return x.float().reshape(*x.shape[: x.dim() - len(normalized_shape)], -1)
+
+
+def _norm_stats(rows: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    n = rows.shape[-1]
+    mean = tree_sum(rows) / n
+    var = tree_sum((rows - mean[..., None]) ** 2) / n
+    return mean, torch.rsqrt(var + eps)
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight, bias, eps: float):
+    """aten::native_layer_norm: mean and variance (of x - mean) by tree_sum in fp32, rstd = rsqrt(var + eps), the
+    output (x - mean) * rstd * w + b in fp32, rounded once. mean and rstd come back in fp32, unrounded, for the
+    backward."""
+    rows = _rows(x, normalized_shape)
+    mean, rstd = _norm_stats(rows, eps)
+    out = (rows - mean[..., None]) * rstd[..., None]
+    if weight is not None:
+        out = out * weight.float().reshape(-1)
+    if bias is not None:
+        out = out + bias.float().reshape(-1)
+    stat_shape = (*x.shape[: x.dim() - len(normalized_shape)], *([1] * len(normalized_shape)))
+    return out.reshape(x.shape).to(x.dtype), mean.reshape(stat_shape), rstd.reshape(stat_shape)
+
+
+def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """aten::native_layer_norm_backward in fp32 with the tree's sums: dx = rstd (g - mean(g) - xhat mean(g xhat)) with
+    g = dy w (a row alone, whatever the batch), dw = the sum over rows of dy xhat, db = that of dy (each one tree over
+    the rows in order); rounded once each."""
+    rows = _rows(x, normalized_shape)
+    m, r = mean.float().reshape(rows.shape[:-1]), rstd.float().reshape(rows.shape[:-1])  # as the forward saved them
+    xhat = (rows - m[..., None]) * r[..., None]
+    dy = _rows(grad, normalized_shape)
+    n = rows.shape[-1]
+    dx = dw = db = None
+    if output_mask[0]:
+        g = dy * weight.float().reshape(-1) if weight is not None else dy
+        dx = r[..., None] * (g - (tree_sum(g) / n)[..., None] - xhat * (tree_sum(g * xhat) / n)[..., None])
+        dx = dx.reshape(x.shape).to(x.dtype)
+    flat = dy.reshape(-1, n)
+    if output_mask[1] and weight is not None:
+        dw = tree_sum((flat * xhat.reshape(-1, n)).t()).reshape(weight.shape).to(weight.dtype)
+    if output_mask[2] and bias is not None:
+        db = tree_sum(flat.t()).reshape(bias.shape).to(bias.dtype)
+    return dx, dw, db
+
+
+# ---- softmax: a row's nonzero terms, summed by the tree ----------------------------------------------------------
+def nonzero_sum(terms: torch.Tensor) -> torch.Tensor:
+    """[..., n] -> [...]: tree_sum of the row's nonzero terms, moved to the front in order. A zero adds nothing, but
+    where it stands moves the tree's pairs: a row with masked (zero) terms before its real ones, as eager
+    attention's rows in a left-padded batch, sums like the same row unpadded."""
+    order = torch.sort((terms == 0).to(torch.int8), dim=-1, stable=True).indices
+    return tree_sum(terms.gather(-1, order))
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """fp32 softmax over the last dim: exp(x - max) / the nonzero_sum of those terms (a masked key's exp is 0, so
+    padding before a row's keys changes no bit); a row of -inf or NaN gives NaN, as torch's."""
+    m = x.amax(-1, keepdim=True)
+    e = torch.exp(x - m)
+    return e / nonzero_sum(e).unsqueeze(-1)
+
+
+def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
+    """aten::logsumexp over `dim` in fp32: max + log of the nonzero_sum of exp(x - max) over the reduced elements in
+    row-major order, rounded once (a row of -inf gives -inf, one with +inf gives +inf, as torch's)."""
+    dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    rows = x.float().permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1)
+    m = rows.amax(-1, keepdim=True)
+    shift = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+    out = torch.log(nonzero_sum(torch.exp(rows - shift))) + shift.squeeze(-1)
+    if keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out.to(x.dtype if x.is_floating_point() else torch.get_default_dtype())
+
+
+# ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----
+def tree_sum(x: torch.Tensor) -> torch.Tensor:
+    """[..., n] -> [...]: the row's plain sum in section 2's order: chunks of 8 (the last padded with +0) summed
+    pairwise, then one perfect binary tree over the chunk index whose nodes past the row are 0 (contract.row_sum).
+    Only elementwise adds, in x's dtype: the same bits on every device, each row alone."""
+    n = x.shape[-1]
+    if n == 0:
+        return x.new_zeros(x.shape[:-1])
+    chunks = -(-n // 8)
+    if 8 * chunks != n:
+        x = torch.nn.functional.pad(x, (0, 8 * chunks - n))
+    v = x.reshape(*x.shape[:-1], chunks, 8)
+    nodes = ((v[..., 0] + v[..., 1]) + (v[..., 2] + v[..., 3])) + ((v[..., 4] + v[..., 5]) + (v[..., 6] + v[..., 7]))
+    while nodes.shape[-1] > 1:
+        m = nodes.shape[-1]
+        pairs = nodes[..., 0 : m - 1 : 2] + nodes[..., 1:m:2]
+        nodes = torch.cat([pairs, nodes[..., m - 1 :] + 0.0], dim=-1) if m % 2 else pairs  # + the empty node, 0
+    return nodes[..., 0]
+
+
+def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
+    """aten's sum / mean over `dim` (None or []: every dim) by tree_sum over the reduced elements in row-major order:
+    floating inputs added in fp32 (fp64 in fp64) and rounded once to the result's dtype, integers in int64 (exact in
+    any order), the mean a true division by the count."""
+    if x.is_complex():
+        raise ModeError("rl_kernel.mode: a sum or mean of complex numbers has no contract")
+    floating = x.is_floating_point()
+    if mean and not floating and dtype is None:
+        raise RuntimeError(f"mean(): could not infer output dtype. Input dtype must be floating point, got {x.dtype}")
+    out_dtype = dtype or (x.dtype if floating else torch.int64)
+    acc = torch.float64 if torch.float64 in (x.dtype, dtype) else torch.float32 if floating or mean else torch.int64
+    dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    rows = x.to(acc).permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x.to(acc)[None]
+    out = tree_sum(rows)
+    if mean:
+        out = out / rows.shape[-1]
+    if keepdim:
+        for d in dims:
+            out = out.unsqueeze(d)
+    return out.to(out_dtype)
