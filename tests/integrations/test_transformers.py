@@ -244,6 +244,8 @@ def test_bad_calls_are_named() -> None:
         hf.unpatch(M.build("llama", VOCAB, "fp32", 0))
     ids = torch.ones(2, 4, dtype=torch.long)
     with pytest.raises(ValueError, match="2-d attention_mask"):
+        model(input_ids=ids, attention_mask=torch.ones(2, 4, 4))
+    with pytest.raises(ValueError, match="pass the 2-d mask"):  # additive +1 everywhere: no key is seen
         model(input_ids=ids, attention_mask=torch.ones(2, 1, 4, 4))
     with pytest.raises(ValueError, match="one run of 1s"):
         model(input_ids=ids, attention_mask=torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))

@@ -157,6 +157,39 @@ def positions(attention_mask: torch.Tensor, new: int) -> tuple[torch.Tensor, tor
     return pos, q_pos, k_start
 
 
+def key_mask(mask: Any, b: int, t: int, cache: Any, device: torch.device) -> tuple[torch.Tensor, int]:
+    """(the 2-d key mask [b, past + t]: 1 token, 0 padding; past, the cache's tokens) of the attention mask a
+    caller passes: none (every key), the 2-d mask, or what generate() builds for a static cache, a 4-d mask [b, 1,
+    t, slots] (boolean, or additive 0 / -inf) or a dict of them by layer type. A 4-d mask's last query row names the
+    keys the newest token sees, its own slot last: its sequence's tokens so far."""
+    if isinstance(mask, dict):
+        if not mask:
+            raise ValueError("rl_kernel: the patched model got an empty dict of attention masks")
+        mask = mask.get("full_attention", next(iter(mask.values())))
+    if mask is not None and mask.dim() == 4:
+        if mask.shape[0] != b or mask.shape[2] != t:
+            raise ValueError(f"rl_kernel: a 4-d attention_mask must be [{b}, 1, {t}, slots], got {tuple(mask.shape)}")
+        seen = (mask if mask.dtype == torch.bool else mask == 0)[:, 0, -1]
+        slots = torch.arange(seen.shape[-1], device=seen.device)
+        last = torch.where(seen, slots, -1).amax(-1)
+        if bool((last != last[0]).any() or last[0] < t - 1):
+            raise ValueError(
+                "rl_kernel: a 4-d attention_mask whose newest token does not see its own slot in every row (right "
+                "padding, or a packed mask): pass the 2-d mask"
+            )
+        past = int(last[0]) + 1 - t
+        return seen[:, : past + t].long(), past
+    past = int(cache.get_seq_length()) if cache is not None else 0
+    if mask is None:
+        return torch.ones(b, past + t, dtype=torch.long, device=device), past
+    if mask.dim() != 2 or tuple(mask.shape) != (b, past + t):
+        raise ValueError(
+            f"rl_kernel: the patched model takes a 2-d attention_mask [batch, cache + new] = [{b}, {past + t}] "
+            f"(1 = token, 0 = padding, one run of 1s per row) or generate()'s 4-d one, got {tuple(mask.shape)}"
+        )
+    return mask, past
+
+
 def _model_forward(original: Callable) -> Callable:
     """The base model's forward with position ids, query slots and first keys derived from the mask."""
     sig = inspect.signature(original)
@@ -171,15 +204,7 @@ def _model_forward(original: Callable) -> Callable:
             raise ValueError("rl_kernel: the patched model needs input_ids or inputs_embeds")
         b, t = ref.shape[:2]
         cache = args_.get("cache", args_.get("past_key_values"))
-        past = int(cache.get_seq_length()) if cache is not None else 0
-        mask = args_.get("attention_mask")
-        if mask is None:
-            mask = torch.ones(b, past + t, dtype=torch.long, device=ref.device)
-        if mask.dim() != 2 or tuple(mask.shape) != (b, past + t):
-            raise ValueError(
-                f"rl_kernel: the patched model takes a 2-d attention_mask [batch, cache + new] = [{b}, {past + t}] "
-                f"(1 = token, 0 = padding, one run of 1s per row), got {tuple(mask.shape)}"
-            )
+        mask, past = key_mask(args_.get("attention_mask"), b, t, cache, ref.device)
         pos, q_pos, k_start = positions(mask, t)
         given = args_.get("position_ids")
         if given is not None and bool(((given.to(pos.device) != pos) & (mask[:, past:] != 0)).any()):
@@ -263,7 +288,14 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     base.forward = _model_forward(base.forward)
     setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base, "tier": desc.name})
     model.config._attn_implementation = attention
+    # generate() with a static cache turns the 2-d mask into 4-d ones first; the patched forward derives all it
+    # needs from the 2-d mask, so it gets that one (generate's running [batch, cache + new] mask).
+    model.create_masks_for_generate = _the_2d_mask
     return model
+
+
+def _the_2d_mask(*, attention_mask: torch.Tensor | None = None, **_unused: Any) -> torch.Tensor | None:
+    return attention_mask
 
 
 def unpatch(model: nn.Module) -> nn.Module:
@@ -278,6 +310,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_rl_inv_freq", None)
             module.__dict__.pop("_rl_inv_freq_on", None)
     del state["base"].forward
+    model.__dict__.pop("create_masks_for_generate", None)
     model.config._attn_implementation = state["attn"]
     delattr(model, _STATE)
     return model
