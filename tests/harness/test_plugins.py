@@ -148,7 +148,10 @@ def test_a_packages_tier_and_workload_run_as_cells(tmp_path, matrix):
     ("removed", "reason"),
     [
         ("rl_kernel.tiers", "this image's rl_kernel offers no tier 'toy' (it offers: exact"),
-        ("rlparity.workloads", "this image offers no workload 'toy' (it offers: edges, engines, model, plain)"),
+        (
+            "rlparity.workloads",
+            "this image offers no workload 'toy' (it offers: architectures, edges, engines, model, plain)",
+        ),
     ],
 )
 def test_without_its_entry_point_the_cell_is_skipped_and_strict_fails(tmp_path, matrix, removed, reason):
