@@ -213,34 +213,31 @@ TMA_SHAPES = (
 TMA_TILES = [(128, 256, 8, 3), (256, 128, 8, 3), (128, 256, 8, 4), (128, 128, 8, 4), (256, 128, 8, 4)]
 
 
-def _tma_row(op: str, n: int, k: int, m: int, run, pinned: dict, cub: float, ws: bool) -> None:
-    """Time the pinned config, then TMA at the pinned tile and at TMA_TILES (ws: Triton's warp specialization of the
-    tile loop, a producer warp issuing the loads); every variant's bits == the pinned config's."""
+def _tma_row(op: str, n: int, k: int, m: int, run, pinned: dict, cub: float) -> None:
+    """Time the pinned config, then TMA at the pinned tile and at TMA_TILES; every variant's bits == the pinned's."""
     base = run(pinned)
     times = {"pinned": queued_ms(lambda: run(pinned))}
     ok = True
     for bm, bn, nw, ns in [(pinned["block_m"], pinned["block_n"], pinned["num_warps"], pinned["num_stages"]),
                            *TMA_TILES]:  # fmt: skip
-        cfg = dict(pinned, block_m=bm, block_n=bn, num_warps=nw, num_stages=ns, tma=True, warp_specialize=ws)
-        name = f"tma {bm}x{bn} w{nw} s{ns}{' ws' if ws else ''}"
+        cfg = dict(pinned, block_m=bm, block_n=bn, num_warps=nw, num_stages=ns, tma=True)
+        name = f"tma {bm}x{bn} w{nw} s{ns}"
         try:
             ok &= same(run(cfg), base)
             times[name] = queued_ms(lambda c=cfg: run(c))
-        except Exception as exc:  # e.g. out of shared memory, or no warp specialization here
+        except Exception as exc:  # e.g. out of shared memory
             print(f"  {op} {n}x{k} {name}: {type(exc).__name__}: {str(exc)[:120]}", flush=True)
     if len(times) == 1:
         return
     best = min((v, key) for key, v in times.items() if key != "pinned")
-    RESULTS["sweep"].append(
-        {"op": f"tma {op}", "ws": ws, "n": n, "k": k, "m": m, "ms": times, "cublas_ms": cub, "same": ok}
-    )
+    RESULTS["sweep"].append({"op": f"tma {op}", "n": n, "k": k, "m": m, "ms": times, "cublas_ms": cub, "same": ok})
     check(f"tma {op} {n}x{k} M={m}: every TMA tile gives the pinned bits", ok)
     pinned_x, best_x = cub / times["pinned"], cub / best[0]
     print(f"  tma {op} {n}x{k} M={m}: cuBLAS {cub:.3f} ms; pinned {times['pinned']:.3f} ({pinned_x:.2f}x); "
           f"best {best[1]} {best[0]:.3f} ({best_x:.2f}x)", flush=True)  # fmt: skip
 
 
-def sweep_tma(m: int = 8192, ws: bool = False) -> None:
+def sweep_tma(m: int = 8192) -> None:
     """Forward, dX and dW at the RL step's token count: the persistent TMA kernel against the pinned pointer kernel."""
     g = torch.Generator(device=DEV).manual_seed(9)
     for n, k in TMA_SHAPES:
@@ -248,7 +245,7 @@ def sweep_tma(m: int = 8192, ws: bool = False) -> None:
         x = torch.randn(m, k, device=DEV, generator=g).bfloat16()
         dy = torch.randn(m, n, device=DEV, generator=g).bfloat16()
         fwd, dx = config_for("linear", m=m, n=n, k=k), config_for("linear_dx", m=m, n=k, k=n)
-        _tma_row("fwd", n, k, m, lambda c: lin.forward_2d(x, w, None, c), fwd, queued_ms(lambda: F.linear(x, w)), ws)
-        _tma_row("dX", n, k, m, lambda c: lin.grad_x_2d(dy, w, c), dx, queued_ms(lambda: dy @ w), ws)
+        _tma_row("fwd", n, k, m, lambda c: lin.forward_2d(x, w, None, c), fwd, queued_ms(lambda: F.linear(x, w)))
+        _tma_row("dX", n, k, m, lambda c: lin.grad_x_2d(dy, w, c), dx, queued_ms(lambda: dy @ w))
         _tma_row("dW", n, k, m, lambda c: lin.grad_w_2d(dy, x, c), config_for("linear_dw"),
-                 queued_ms(lambda: dy.t() @ x), ws)  # fmt: skip
+                 queued_ms(lambda: dy.t() @ x))  # fmt: skip

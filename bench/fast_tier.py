@@ -40,7 +40,6 @@ def arguments(argv: list[str] | None):
     p.add_argument("--sweep", action="store_true", help="time candidate tiles (chooses configs.toml's buckets)")
     p.add_argument("--sweep2", action="store_true", help="forward BLOCK_K 64/128 tiles, dW tiles, D=64/256")
     p.add_argument("--tma", action="store_true", help="the persistent TMA GEMM against the pinned kernel and cuBLAS")
-    p.add_argument("--tma-ws", action="store_true", help="the same, warp specialized")
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--small", action="store_true", help="only the linear's speed at M = 1, 16, 64, 256 (no checks)")
     p.add_argument("--json", help="where the results go (default: $OUT/fast.json when $OUT is set)")
@@ -81,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         sweep_linear()
         sweep_attention()
         print(f"sweep done: {time.time() - t0:.0f} s", flush=True)
-    if args.tma or args.tma_ws:
-        sweep_tma(ws=args.tma_ws)
+    if args.tma:
+        sweep_tma()
         print(f"tma sweep done: {time.time() - t0:.0f} s", flush=True)
     if args.sweep2:
         sweep2()

@@ -78,6 +78,7 @@ EVERY_DEVICE = {
     "_grouped_mm",
     "native_layer_norm",
     "native_layer_norm_backward",
+    "logsumexp",
 }
 _DEVICE_KEYS = {"cpu": "CPU", "cuda": "CUDA", "rocm": "CUDA"}  # ROCm's torch dispatches HIP tensors as CUDA
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -128,7 +128,7 @@ def row_block(rows: int, cols: int, dtype: torch.dtype, temperature: float | Non
     sixteenth of the whole logits' bytes (the head's promise is an eighth, dWeight and the backward's buffers
     included) and at most FORWARD_ELEMENTS, in whole 256-row tiles where 256 fit. No bit depends on it: a logit
     depends on its own row only, and the row kernels work row by row."""
-    size = torch.empty((), dtype=dtype).element_size()
+    size = dtype.itemsize
     per_row = size + (4 if temperature is not None else 0)
     r = max(1, min(rows * size // (16 * per_row), FORWARD_ELEMENTS // max(1, cols)))
     return r - r % 256 if r >= 256 else r

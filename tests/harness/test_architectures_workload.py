@@ -5,18 +5,21 @@ control (the same comparison without the mode, informational) differs for every 
 
 from __future__ import annotations
 
+from importlib.util import find_spec
+
 import pytest
 
 from rlparity import results
 
 from harness.scripted import rlparity, show
+from tooling import require
 
-pytest.importorskip("transformers")
 CELL = "local/cpu/baseline/single/fp32/architectures/exact"
 
 
 @pytest.mark.slow
 def test_every_architecture_holds_under_the_mode_and_the_stock_control_differs(tmp_path) -> None:
+    require("transformers (requirements.txt)", find_spec("transformers") is not None)
     out = tmp_path / "res"
     proc = rlparity("run", "--matrix", "nightly", "--filter", "target=cpu shapes=architectures tier=exact dtype=fp32",
                     "--strict", "--out", str(out), cwd=tmp_path)  # fmt: skip

@@ -103,10 +103,12 @@ def test_the_grouped_experts_are_refused_by_name() -> None:
     """Qwen3-MoE with transformers' grouped GEMM for its experts (its default where torch has one): refused, naming
     the way to run them that the mode serves."""
     import transformers
+    from transformers.integrations import moe
 
-    moe = pytest.importorskip("transformers.integrations.moe", reason="this transformers has no experts interface")
-    if not hasattr(moe, "grouped_mm_experts_forward") or not hasattr(torch, "_grouped_mm"):
-        pytest.skip(f"transformers {transformers.__version__} / torch {torch.__version__}: no grouped GEMM experts")
+    # Both ends of the supported transformers range (5.0.0, 5.24) and torch 2.11 have them: their absence is a failure.
+    assert hasattr(moe, "grouped_mm_experts_forward") and hasattr(torch, "_grouped_mm"), (
+        f"transformers {transformers.__version__} / torch {torch.__version__}: no grouped GEMM experts"
+    )
     config = models.tiny_config("qwen3_moe", VOCAB)
     config._experts_implementation = "grouped_mm"
     model = transformers.AutoModelForCausalLM.from_config(config).eval()

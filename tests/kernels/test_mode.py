@@ -132,6 +132,7 @@ def test_a_device_the_tier_has_no_kernels_for_is_refused() -> None:
         with pytest.raises(M.ModeError, match=r"aten::mm on cpu: the fast tier runs on cuda, rocm"):
             torch.mm(x[0], w.t())
         same(x.float().sum(-1), M.tree_sum(x.float()), "a sum: the contract's tree on any device")
+        same(torch.logsumexp(x.float(), -1), M.logsumexp(x.float(), [-1]), "a logsumexp: the tree on any device")
     assert M.active() is None
 
 

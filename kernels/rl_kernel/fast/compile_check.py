@@ -163,7 +163,7 @@ def compile_gemm_tma(target: str, dtype: str, kind: str, tile: dict, options: di
     types["a_desc"] = f"tensordesc<{dtype}{[bk, bm] if a_t else [bm, bk]}>"
     types["b_desc"] = f"tensordesc<{dtype}{[bn, bk] if b_t else [bk, bn]}>"
     const = {"stride_cn": 1, "A_T": a_t, "B_T": b_t, "HAS_BIAS": has_bias, "ACCUMULATE": False, "BLOCK_M": bm,
-             "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": tile["group_m"], "WARP_SPECIALIZE": False}  # fmt: skip
+             "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": tile["group_m"]}  # fmt: skip
     return _compile(fn, types, const, target, options)
 
 

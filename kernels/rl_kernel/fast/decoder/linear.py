@@ -80,14 +80,13 @@ def _gemm_tma_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
 ):
     """_gemm_kernel's arithmetic, persistent and TMA-fed (sm_90): `programs` programs walk the tiles in grouped order,
     operands reach shared memory by tensor descriptors (A_T: a_desc holds A^T [K, M]; B_T: b_desc holds B^T [N, K])
     and the hardware zero-fills past an edge, as the masked loads do. Each tile: fp32 from +0, K ascending in
     steps of BLOCK_K, the same dot per step: the pointer kernel's bits."""
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    for tile in tl.range(tl.program_id(0), tiles, programs, flatten=WARP_SPECIALIZE, warp_specialize=WARP_SPECIALIZE):
+    for tile in tl.range(tl.program_id(0), tiles, programs):
         pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -185,8 +184,7 @@ def _launch_gemm(
         _gemm_tma_kernel[(programs,)](
             tma[0], tma[2], c, bias if bias is not None else c, m, n, k, c.stride(0), c.stride(1), programs,
             A_T=tma[1], B_T=tma[3], HAS_BIAS=bias is not None, ACCUMULATE=into is not None, BLOCK_M=bm, BLOCK_N=bn,
-            BLOCK_K=bk, GROUP_M=cfg["group_m"], WARP_SPECIALIZE=cfg.get("warp_specialize", False),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            BLOCK_K=bk, GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
             **cfg["launch"],
         )  # fmt: skip
         return c
@@ -218,13 +216,15 @@ def _launch_gemm(
     return c
 
 
+def _tma_readable(t: torch.Tensor) -> bool:
+    """Whether a TMA descriptor can describe the 2D tensor: its last dimension contiguous, its base and row stride
+    16-byte aligned."""
+    return t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+
+
 def _described(t: torch.Tensor, block: list[int]):
-    """A TMA descriptor of a 2D tensor whose last dimension is contiguous, or None where TMA cannot read it
-    (a base or row stride that is not 16-byte aligned)."""
-    size = t.element_size()
-    if t.stride(1) != 1 or (t.stride(0) * size) % 16 or t.data_ptr() % 16:
-        return None
-    return TensorDescriptor.from_tensor(t, block)
+    """A TMA descriptor of the 2D tensor, or None where TMA cannot read it."""
+    return TensorDescriptor.from_tensor(t, block) if _tma_readable(t) else None
 
 
 def _tma_operands(a: torch.Tensor, b: torch.Tensor, b_strides: tuple[int, int], cfg: dict):
@@ -296,7 +296,7 @@ def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> tor
     dY^T is copied K-contiguous first (the pointer kernel's matrix cores read an M-major A operand 3-4x slower on
     the H200), except where the TMA kernel reads dY itself as A^T."""
     cfg = cfg or config_for("linear_dw", target_of(dy.device))
-    a = dy.t() if cfg.get("tma") and _tma_operands(dy.t(), x, (x.stride(0), x.stride(1)), cfg) else dy.t().contiguous()
+    a = dy.t() if cfg.get("tma") and _tma_readable(dy) and _tma_readable(x) else dy.t().contiguous()
     return _launch_gemm(a, (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
 
 
