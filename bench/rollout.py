@@ -6,6 +6,7 @@ transformers' generate(); the harness's own model workload is not imported (benc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -20,14 +21,14 @@ def prompts(batch: int, lo: int, hi: int, vocab: int, seed: int) -> tuple[torch.
     return padded([torch.randint(1, vocab, (n,), generator=g) for n in lengths], right=False)
 
 
-def generate(model, ids: torch.Tensor, mask: torch.Tensor, new: int, keep_logits: bool = True):
+def generate(model, ids: torch.Tensor, mask: torch.Tensor, new: int, keep_logits: bool = True, **mode: Any):
     """Greedy generate() of exactly `new` tokens: (sequences [B, P + new], logits [B, new, V] fp32), both on the
-    CPU (logits None unless keep_logits)."""
+    CPU (logits None unless keep_logits); `mode`: generate()'s cache and compile arguments (bench.rollout_modes)."""
     device = next(model.parameters()).device
     with torch.no_grad():
         out = model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new, min_new_tokens=new,
-            do_sample=False, pad_token_id=PAD, output_logits=keep_logits, return_dict_in_generate=True,
+            do_sample=False, pad_token_id=PAD, output_logits=keep_logits, return_dict_in_generate=True, **mode,
         )  # fmt: skip
     logits = torch.stack(out.logits, 1).float().cpu() if keep_logits else None
     return out.sequences.cpu(), logits

@@ -41,6 +41,7 @@ from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rl_kernel import head, tiers
+from rl_kernel._validate import compiling
 from rl_kernel.exact.decoder.ops import positions_from_mask
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
@@ -146,18 +147,23 @@ def tier_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def positions(attention_mask: torch.Tensor, new: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(position_ids [B, new], q_pos [B, new], k_start [B]) of the last `new` tokens of a [B, past + new]
-    mask with one run of 1s per row: position = 1s so far - 1 (0 on padding), q_pos = the token's slot,
-    k_start = the row's first 1."""
+def positions(
+    attention_mask: torch.Tensor, past: int | torch.Tensor, new: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(position_ids [B, new], q_pos [B, new], k_start [B]) of the `new` tokens after `past` ones (an int, or a
+    0-d tensor: a static cache's running length, no host sync) of a [B, slots] mask with one run of 1s per row
+    (slots >= past + new; a static cache's mask is zero past its tokens): position = 1s so far - 1 (0 on
+    padding), q_pos = the token's slot, k_start = the row's first 1."""
     _, k_start = positions_from_mask(attention_mask)
-    b, total = attention_mask.shape
-    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, total - new :].contiguous()
-    q_pos = (torch.arange(total - new, total, device=attention_mask.device)).expand(b, new).contiguous()
+    b = attention_mask.shape[0]
+    q_pos = (torch.arange(new, device=attention_mask.device) + past).expand(b, new).contiguous()
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0).gather(1, q_pos)
     return pos, q_pos, k_start
 
 
-def key_mask(mask: Any, b: int, t: int, cache: Any, device: torch.device) -> tuple[torch.Tensor, int]:
+def key_mask(
+    mask: Any, b: int, t: int, cache: Any, device: torch.device, cache_position: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int | torch.Tensor]:
     """(the 2-d key mask [b, past + t]: 1 token, 0 padding; past, the cache's tokens) of the attention mask a
     caller passes: none (every key), the 2-d mask, or what generate() builds for a static cache, a 4-d mask [b, 1,
     t, slots] (boolean, or additive 0 / -inf) or a dict of them by layer type. A 4-d mask's last query row names the
@@ -179,6 +185,10 @@ def key_mask(mask: Any, b: int, t: int, cache: Any, device: torch.device) -> tup
             )
         past = int(last[0]) + 1 - t
         return seen[:, : past + t].long(), past
+    slots = static_slots(cache)
+    if slots and mask is not None and mask.dim() == 2 and mask.shape[0] == b and t <= mask.shape[1] <= slots:
+        # A static cache (compiled decode): its running length stays a tensor, the mask is padded to every slot.
+        return torch.nn.functional.pad(mask, (0, slots - mask.shape[1])), _static_length(cache, cache_position)
     past = int(cache.get_seq_length()) if cache is not None else 0
     if mask is None:
         return torch.ones(b, past + t, dtype=torch.long, device=device), past
@@ -190,30 +200,53 @@ def key_mask(mask: Any, b: int, t: int, cache: Any, device: torch.device) -> tup
     return mask, past
 
 
+def static_slots(cache: Any) -> int:
+    """A static cache's slot count (every layer's max_cache_len, full attention), 0 for any other cache."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not getattr(cache, "is_compileable", False):
+        return 0
+    sizes = {getattr(layer, "max_cache_len", None) for layer in layers}
+    return sizes.pop() if len(sizes) == 1 and None not in sizes and type(layers[0]).__name__ == "StaticLayer" else 0
+
+
+def _static_length(cache: Any, cache_position: torch.Tensor | None) -> torch.Tensor:
+    """The tokens a static cache holds before this forward, as a 0-d tensor: transformers >= 5.x keeps it in each
+    layer (cumulative_length), older 5.x passes cache_position; int(get_seq_length()) would be a host sync."""
+    length = getattr(cache.layers[0], "cumulative_length", None)
+    if isinstance(length, torch.Tensor):
+        return length
+    if cache_position is None:
+        raise ValueError("rl_kernel: a static cache without cumulative_length needs the forward's cache_position")
+    return cache_position[0]
+
+
 def _model_forward(original: Callable) -> Callable:
     """The base model's forward with position ids, query slots and first keys derived from the mask."""
-    sig = inspect.signature(original)
-    var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+    # The positional parameters' names, read once: Signature.bind at call time does not trace under torch.compile.
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    names = [p.name for p in inspect.signature(original).parameters.values() if p.kind in kinds]
 
     @functools.wraps(original)
     def forward(*args: Any, **kwargs: Any) -> Any:
-        args_ = sig.bind_partial(*args, **kwargs).arguments
-        extra = dict(args_.pop(var_kw, {})) if var_kw else {}
+        if len(args) > len(names):
+            raise TypeError(f"rl_kernel: the patched forward takes {len(names)} positional arguments, got {len(args)}")
+        args_ = dict(zip(names[: len(args)], args, strict=True)) | kwargs
         ref = args_.get("input_ids") if args_.get("input_ids") is not None else args_.get("inputs_embeds")
         if ref is None:
             raise ValueError("rl_kernel: the patched model needs input_ids or inputs_embeds")
         b, t = ref.shape[:2]
         cache = args_.get("cache", args_.get("past_key_values"))
-        mask, past = key_mask(args_.get("attention_mask"), b, t, cache, ref.device)
-        pos, q_pos, k_start = positions(mask, t)
+        mask, past = key_mask(args_.get("attention_mask"), b, t, cache, ref.device, args_.get("cache_position"))
+        pos, q_pos, k_start = positions(mask, past, t)
         given = args_.get("position_ids")
-        if given is not None and bool(((given.to(pos.device) != pos) & (mask[:, past:] != 0)).any()):
+        differs = None if given is None or compiling() else (given.to(pos.device) != pos) & (mask.gather(1, q_pos) != 0)
+        if differs is not None and bool(differs.any()):
             raise ValueError(
                 "rl_kernel: position_ids differ from those of the attention mask (1s so far - 1); packed or "
                 "shifted positions are not supported in the exact tier: pass the mask alone"
             )
         args_["position_ids"] = pos
-        return original(**args_, **extra, rl_q_pos=q_pos, rl_k_start=k_start)
+        return original(**args_, rl_q_pos=q_pos, rl_k_start=k_start)
 
     return forward
 
@@ -289,13 +322,48 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base, "tier": desc.name})
     model.config._attn_implementation = attention
     # generate() with a static cache turns the 2-d mask into 4-d ones first; the patched forward derives all it
-    # needs from the 2-d mask, so it gets that one (generate's running [batch, cache + new] mask).
-    model.create_masks_for_generate = _the_2d_mask
+    # needs from the 2-d mask, so it gets that one (generate's running [batch, cache + new] mask), padded to the
+    # cache's slots: one shape for every decode step, which a compiled forward (CUDA graphs) needs.
+    model.create_masks_for_generate = _slot_mask
+    model.get_compiled_call = functools.partial(_compiled_call, model)
     return model
 
 
-def _the_2d_mask(*, attention_mask: torch.Tensor | None = None, **_unused: Any) -> torch.Tensor | None:
-    return attention_mask
+def exact_compile_options(backend: Any, mode: str | None, options: dict | None) -> tuple[str | None, dict | None]:
+    """torch.compile's (mode, options) for a patched model's forward: inductor fuses the elementwise ops the tier
+    leaves to PyTorch (residual adds, the rotary multiply-adds, casts) and by default keeps their bf16/fp16
+    intermediates in fp32 and contracts a*b+c into an fma, where eager rounds each op: other bits than the
+    training forward's. emulate_precision_casts rounds each op as eager does (and turns fma contraction off in
+    the Triton it writes); the mode's options (reduce-overhead: CUDA graphs) are kept, as options, since
+    torch.compile takes a mode or options, not both. Other backends (aot_eager, eager) do not fuse: unchanged."""
+    if backend != "inductor":
+        return mode, options
+    from torch._inductor import list_mode_options
+
+    merged = {**(list_mode_options(mode) if mode else {}), **(options or {}), "emulate_precision_casts": True}
+    return None, merged
+
+
+def _compiled_call(model: nn.Module, compile_config: Any = None) -> Callable:
+    """generate()'s compiled decode step (a static cache on CUDA, or any device with compile_config's
+    _compile_all_devices) for a patched model: the caller's CompileConfig, or the model's, with
+    exact_compile_options applied; compiled once per config, like transformers' own get_compiled_call."""
+    config = compile_config or getattr(model.generation_config, "compile_config", None) or transformers.CompileConfig()
+    kwargs = config.to_dict()
+    kwargs["mode"], kwargs["options"] = exact_compile_options(kwargs["backend"], kwargs["mode"], kwargs["options"])
+    key = repr(sorted(kwargs.items(), key=lambda kv: kv[0]))
+    kept = model.__dict__.get("_rl_compiled")
+    if kept is None or kept[0] != key:
+        kept = (key, torch.compile(model.__call__, **kwargs))
+        model.__dict__["_rl_compiled"] = kept
+    return kept[1]
+
+
+def _slot_mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
+    slots = static_slots(kwargs.get("cache", kwargs.get("past_key_values")))
+    if attention_mask is None or not slots or attention_mask.shape[1] >= slots:
+        return attention_mask
+    return torch.nn.functional.pad(attention_mask, (0, slots - attention_mask.shape[1]))
 
 
 def unpatch(model: nn.Module) -> nn.Module:
@@ -310,7 +378,8 @@ def unpatch(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_rl_inv_freq", None)
             module.__dict__.pop("_rl_inv_freq_on", None)
     del state["base"].forward
-    model.__dict__.pop("create_masks_for_generate", None)
+    for name in ("create_masks_for_generate", "get_compiled_call", "_rl_compiled"):
+        model.__dict__.pop(name, None)
     model.config._attn_implementation = state["attn"]
     delattr(model, _STATE)
     return model

@@ -1,0 +1,126 @@
+"""Rollout as users run it: generated tokens per second of generate() in each cache/compile mode, stock against a tier.
+
+    python -m bench rollout_modes [--model qwen3-1.7b] [--tiers stock,fast] [--modes eager,static,compiled]
+                                  [--prompts 32,128,512] [--new 256] [--reps 3] [--json out.json]
+
+Modes (transformers' generate() on the same weights, one process, greedy, prompts of 64..256 tokens left padded):
+- eager: the dynamic cache, every op launched from Python (what `generate()` does by default);
+- static: cache_implementation="static" with disable_compile (the static cache alone);
+- compiled: cache_implementation="static" and the compiled decode step (torch.compile, CUDA graphs); stock takes
+  transformers' default CompileConfig, a patched model the same config with rl_kernel's exact options
+  (integrations.transformers.exact_compile_options).
+Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call (the
+compile, for the compiled mode). The bits: at the first prompt count, each mode's generate() logits against the
+training forward of the generated sequences (the batch left padded, and each sequence alone), elements that differ
+counted on integer views. On a machine without a GPU, --model tiny checks the script (compiled on the CPU too).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import torch
+
+from bench import environment, model_shapes, parser, rollout, timing
+from rl_kernel.bitwise import diff
+from rl_kernel.integrations import transformers as hf
+
+MODES = ("eager", "static", "compiled")
+
+
+def mode_kwargs(mode: str) -> dict:
+    """generate()'s arguments for a mode (on the CPU, compile_config asks transformers to compile there too)."""
+    if mode == "eager":
+        return {}
+    if mode == "static":
+        return {"cache_implementation": "static", "disable_compile": True}
+    if mode == "compiled":
+        if timing.gpu():
+            return {"cache_implementation": "static"}
+        import transformers
+
+        config = transformers.CompileConfig()
+        config._compile_all_devices = True
+        return {"cache_implementation": "static", "compile_config": config}
+    raise ValueError(f"unknown rollout mode {mode!r} (modes: {', '.join(MODES)})")
+
+
+def bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str) -> dict[str, int]:
+    """{view: logits that differ} between the mode's generate() and the training forward's views."""
+    sequences, logits = rollout.generate(model, ids, mask, new, **mode_kwargs(mode))
+    views = rollout.forward_views(model, rollout.unpadded(sequences, mask), new)
+    views.pop("batch, right padded")
+    return {view: diff(logits, got).count for view, got in views.items()} | {"elements": logits.numel()}
+
+
+def throughput(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str, reps: int) -> dict[str, float]:
+    kw = mode_kwargs(mode)
+    t0 = time.monotonic()
+    rollout.generate(model, ids, mask, new, keep_logits=False, **kw)  # the warm-up: the compile, in that mode
+    first = time.monotonic() - t0
+    s = timing.synced({mode: lambda: rollout.generate(model, ids, mask, new, keep_logits=False, **kw)}, reps, 0)[mode]
+    return {"synced_s": s, "tokens_per_s": ids.shape[0] * new / s, "first_call_s": first}
+
+
+def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> dict:
+    if tier != "stock":
+        hf.patch(model, tier=tier)
+    res: dict = {}
+    try:
+        for mode in args.modes:
+            check_b = min(batches)
+            res[f"{mode} bits"] = bits(model, *batches[check_b], args.check_new, mode)
+            print(f"{tier} {mode}: bits at {check_b} prompts: {json.dumps(res[f'{mode} bits'])}", flush=True)
+            for b, (ids, mask) in batches.items():
+                res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps)
+                print(f"{tier} {mode} {b} prompts: {json.dumps(res[f'{mode} {b}'])}", flush=True)
+            torch.compiler.reset()  # the next mode or tier compiles afresh (cudagraph trees freed)
+    finally:
+        if tier != "stock":
+            hf.unpatch(model)
+    return res
+
+
+def table(record: dict) -> None:
+    tiers = [t for t in record if t not in ("args", "environment")]
+    print("\n| mode | prompts | " + " | ".join(f"{t} tokens/s" for t in tiers) + " | " +
+          " | ".join(f"{t} / stock" for t in tiers if t != "stock") + " |")  # fmt: skip
+    for key in record[tiers[0]]:
+        if key.endswith(" bits"):
+            continue
+        mode, prompts = key.split()
+        rates = [record[t][key]["tokens_per_s"] for t in tiers]
+        ratios = [f"{record[t][key]['tokens_per_s'] / record['stock'][key]['tokens_per_s']:.2f}x"
+                  for t in tiers if t != "stock" and "stock" in record]  # fmt: skip
+        print(f"| {mode} | {prompts} | " + " | ".join(f"{r:,.0f}" for r in rates) + " | " + " | ".join(ratios) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__name__, __doc__)
+    ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
+    ap.add_argument("--tiers", default="stock,fast")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--prompts", default="32,128,512", help="prompt counts; the bits are checked at the first")
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--check-new", type=int, default=None, help="new tokens of the bits check (default --new)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    args.modes = args.modes.split(",")
+    for mode in args.modes:
+        mode_kwargs(mode)  # an unknown mode fails here, before the model is built
+    args.check_new = args.check_new or args.new
+    device = "cuda" if timing.gpu() else "cpu"
+    shape = model_shapes.shape(args.model)
+    model = model_shapes.build(shape, "bf16", 0, device)
+    counts = sorted(int(b) for b in args.prompts.split(","))
+    batches = {b: rollout.prompts(b, 64, 256, shape.vocab, seed=b) for b in counts}
+    record: dict = {"args": vars(args), "environment": environment()}
+    for tier in args.tiers.split(","):
+        record[tier] = run_tier(model, tier, args, batches)
+    table(record)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    return 0
