@@ -72,7 +72,9 @@ def assemble(ptx: Path, arch_flags: list[str], fmad: list[str], cubin: Path) -> 
 
 def sass_bodies(sass: str) -> dict[str, str]:
     """cuobjdump -sass output split into {function: body}."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"Function : (\S+)(.*?)(?=Function :|\Z)", sass, re.S)}
+    heads = list(re.finditer(r"Function : (\S+)", sass))  # each body runs to the next head (a lazy .*? was seconds)
+    ends = [h.start() for h in heads[1:]] + [len(sass)]
+    return {h.group(1): sass[h.end() : end] for h, end in zip(heads, ends, strict=True)}
 
 
 def scan_sass(bodies: dict[str, str], reference: dict[str, int] | None = None) -> list[str]:

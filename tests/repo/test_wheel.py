@@ -131,6 +131,9 @@ def test_the_wheel_ships_the_data_and_its_core_needs_no_harness(wheel):
     assert {"harness", "docker", "report", "all", "dev"} <= set(meta.get_all("Provides-Extra"))
 
 
+# Handed out after the minutes-long tests (tests/conftest.py's order), by when the other wheel test has built the
+# wheel: scheduled next to it, this one's worker sat idle behind the build's lock for over a minute.
+@pytest.mark.slow
 def test_the_wheel_runs_the_quick_matrix_from_another_directory(wheel, core_venv, tmp_path):
     venv, py, cwd = core_venv, str(core_venv / "bin/python"), tmp_path / "elsewhere"
     cwd.mkdir()
