@@ -130,7 +130,7 @@ def enable(tier: str = "exact") -> None:
     library = torch.library.Library("aten", "IMPL")  # a process-wide override is the point
     with warnings.catch_warnings():  # torch warns that a registered kernel is overridden: that is the intent
         warnings.simplefilter("ignore")
-        served = _servers(t)
+        served = _served(t)
         for key in sorted(set(_DEVICE_KEYS.values())):
             mine = any(_DEVICE_KEYS[p] == key for p in t.platforms)
             for name, serve in served.items():
@@ -168,6 +168,26 @@ def _refuse(t: tiers.Tier, op: str, key: str) -> Callable:
 
 
 # ---- the operators, in the tier's kernels ------------------------------------------------------------------
+def _served(t: tiers.Tier) -> dict[str, Callable]:
+    """The tier's servers, and for the dtypes it lacks its fallback's (the fast tier has bf16 and fp16: a bf16
+    model's fp32 rotary frequencies are the exact tier's products), as its operators fall back (rl_kernel.tiers)."""
+    own = _servers(t)
+    if not t.fallback:
+        return own
+    below, mine = _served(tiers.get(t.fallback)), {_DTYPES[d] for d in t.dtypes}
+    return {name: by_dtype(mine, serve, below[name]) for name, serve in own.items()}
+
+
+def by_dtype(mine: set[torch.dtype], own: Callable, below: Callable) -> Callable:
+    """own for a call whose floating-point tensor arguments are all of `mine`, below for any other."""
+
+    def serve(*args, **kwargs):
+        floats = [a.dtype for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        return (own if all(d in mine for d in floats) else below)(*args, **kwargs)
+
+    return serve
+
+
 def _servers(t: tiers.Tier) -> dict[str, Callable]:
     linear, log_softmax, log_softmax_backward = t.op("linear"), t.op("log_softmax"), t.op("log_softmax_backward")
     embedding_grad = _embedding_grad(t)

@@ -136,6 +136,26 @@ def test_a_device_the_tier_has_no_kernels_for_is_refused() -> None:
     assert M.active() is None
 
 
+def test_a_dtype_the_tier_lacks_goes_to_its_fallback() -> None:
+    """by_dtype: the tier's server when every floating-point argument is one of its dtypes (integer ones do not
+    choose), its fallback's otherwise (the fast tier: bf16 / fp16, a bf16 model's fp32 rotary products exact)."""
+    serve = M.by_dtype({torch.bfloat16}, lambda *a, **k: "own", lambda *a, **k: "below")
+    bf16, fp32 = torch.ones(2, dtype=torch.bfloat16), torch.ones(2)
+    assert serve(bf16, bf16) == "own" and serve(bf16, torch.arange(2)) == "own"
+    assert serve(bf16, fp32) == "below" and serve(bf16, bias=fp32) == "below"
+
+
+@pytest.mark.gpu
+def test_the_fast_mode_serves_fp32_by_the_exact_tier() -> None:
+    x, w, _ = (t.cuda() for t in operands(torch.float32))
+    with M.mode("fast"):
+        got = torch.mm(x[0], w.t())
+        with pytest.raises(M.ModeError, match=r"aten::mm in torch.float64: the exact tier has"):
+            torch.mm(x[0].double(), w.t().double())
+    with M.mode("exact"):
+        same(got, torch.mm(x[0], w.t()), "fp32 under the fast mode: the exact tier's product")
+
+
 def qkv(dtype: torch.dtype = torch.float32, b: int = 3, t: int = 11):
     g = torch.Generator().manual_seed(4)
     q = torch.randn(b, 4, t, 16, generator=g).to(dtype)
