@@ -13,7 +13,7 @@ from pathlib import Path
 
 from amd_toolchain import find_clang, find_llvm_tool, reference_fmas_hip
 from asm_rules import AMD_FMA, AMD_RULES_NO_FMA, fma_count_violations, scan
-from compile_unit import TargetResult, build_flags, run
+from compile_unit import TargetResult, build_flags, compile_cached, output_cached, run
 from cuda_toolchain import reference_fmas_cuda, sass_bodies, sass_by_arch, scan_sass
 
 BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
@@ -114,7 +114,7 @@ def check_built_hip(path: Path, tmp: Path) -> list[TargetResult]:
 def check_built_cuda(path: Path, tmp: Path) -> list[TargetResult]:
     if shutil.which("cuobjdump") is None:
         return [TargetResult("built-cuda", "cuobjdump", False, error="cuobjdump is not installed")]
-    proc = run(["cuobjdump", "-sass", str(path)])
+    proc = output_cached(["cuobjdump", "-sass", str(path)], path)
     per_arch = sass_by_arch(proc.stdout)
     if proc.returncode != 0 or not any(sass_bodies(text) for _, text in per_arch):
         err = proc.stderr.strip()[-1500:] or "no SASS functions found"
@@ -165,7 +165,7 @@ def build_hip_fat_object(source: Path, archs: list[str], out: Path, extra: list[
         code = tmp / f"{out.stem}-{arch}.co"
         cmd = [clang, "-x", "hip", f"--offload-arch={arch}", "--cuda-device-only", "--no-gpu-bundle-output"]
         cmd += ["--rocm-path=/usr", "-nogpulib", "-c", *build_flags.HIP_FLAGS, *(extra or []), str(source)]
-        proc = run([*cmd, "-o", str(code)])
+        proc = compile_cached([*cmd, "-o", str(code)], source, code)  # kept like kernels_check's own compiles
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
         entries.append((f"hipv4-amdgcn-amd-amdhsa--{arch}", code.read_bytes()))

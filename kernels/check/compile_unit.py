@@ -62,6 +62,26 @@ def compile_cached(cmd: list[str], source: Path, out: Path) -> subprocess.Comple
         return proc
 
 
+def output_cached(cmd: list[str], binary: Path) -> subprocess.CompletedProcess:
+    """A disassembler's run over `binary` (cuobjdump -sass: ~90 MB of text and seconds per target), its stdout kept by
+    (command, the binary's bytes) like compile_cached's compiles; a failed run is never kept."""
+    key = hashlib.sha256()
+    for arg in cmd:
+        key.update((arg if arg != str(binary) else "<path>").encode() + b"\0")
+    key.update(binary.read_bytes())
+    entry = cache_dir() / f"out-{key.hexdigest()[:24]}"
+    entry.mkdir(parents=True, exist_ok=True)
+    kept = entry / "stdout"
+    with open(entry / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if kept.is_file():
+            return subprocess.CompletedProcess(cmd, 0, kept.read_text(), "")
+        proc = run(cmd)
+        if proc.returncode == 0:
+            kept.write_text(proc.stdout)
+        return proc
+
+
 def write_unit(tmp: Path) -> Path:
     """One translation unit that includes every family's <tier>/<family>/<family>_check.cu (found by name),
     so each target is compiled once and every kernel of every family is scanned."""

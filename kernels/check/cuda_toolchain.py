@@ -20,7 +20,7 @@ from asm_rules import (
     sass_calls,
     scan,
 )
-from compile_unit import TargetResult, build_flags, compile_cached, run, write_unit
+from compile_unit import TargetResult, build_flags, compile_cached, output_cached, write_unit
 
 CUDA_TARGETS = [("sm_90", ["-arch=sm_90"]), ("sm_80", ["-arch=sm_80"])]
 
@@ -47,7 +47,7 @@ def check_cuda(target: str, arch_flags: list[str], extra: list[str], tmp: Path, 
     if shutil.which("cuobjdump"):
         cubin = tmp / f"{target}.cubin"
         proc = assemble(ptx, arch_flags, fmad, cubin)
-        sass = run(["cuobjdump", "-sass", str(cubin)]).stdout if proc.returncode == 0 else ""
+        sass = output_cached(["cuobjdump", "-sass", str(cubin)], cubin).stdout if proc.returncode == 0 else ""
         sbodies = sass_bodies(sass)
         sv = scan_sass(sbodies)
         results.append(
@@ -99,7 +99,7 @@ def reference_fmas_cuda(arch: str, tmp: Path) -> dict[str, int] | str:
         proc = assemble(ptx, [f"-arch={arch}"], ["--fmad=false"], cubin)
     if proc.returncode != 0:
         return proc.stderr.strip()[-1500:] or "nvcc failed"
-    return fma_counts(sass_bodies(run(["cuobjdump", "-sass", str(cubin)]).stdout), SASS_FMA)
+    return fma_counts(sass_bodies(output_cached(["cuobjdump", "-sass", str(cubin)], cubin).stdout), SASS_FMA)
 
 
 def sass_by_arch(sass: str) -> list[tuple[str, str]]:
