@@ -1,7 +1,7 @@
 """One RL step of a Hugging Face model: stock, the fast tier and the exact tier side by side, same weights.
 
-    python -m bench model_step [--model qwen3-1.7b|qwen3-8b|tiny] [--tiers stock,fast,exact] [--layers 28 ...]
-                               [--json out.json]
+    python -m bench model_step [--model qwen3-1.7b|qwen3-8b|tiny] [--tiers stock,fast,exact,mode-fast]
+                               [--layers 28 ...] [--json out.json]
 
 The model (bench.model_shapes, random weights from a seed): by default Qwen3-1.7B's shape, bf16 (28 layers,
 hidden 2048, 16 query / 8 KV heads of 128, MLP 6144, vocabulary 151936); --model qwen3-8b for Qwen3-8B's; the
@@ -17,19 +17,24 @@ sizes: a run that checks the script, without the fast tier).
   training forward (autograd on, right padded) over the same sequences: the logits compared bit for bit, and
   the first step's importance ratios exp(new - old) over the completion tokens (all exactly 1.0 when equal);
   the stock model's drift (mean/max |dlogp|, the share of ratios outside the clip range).
+A tier named mode-TIER runs the unpatched model under rl_kernel.mode(TIER) instead of patch(model, tier=TIER): the
+same step, the aten operators served by the tier (its fused head: rl_kernel.lm_head_logprobs with that tier).
 Each timing is synced and queued (bench.timing, median of --reps after one warm-up); the exact tier runs
 --exact-reps (its training step takes seconds).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Callable, Iterator
 
 import torch
 
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, rollout, timing
+from rl_kernel import aten_mode
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
 
@@ -47,11 +52,32 @@ def logits_scorer(logprobs):
     return score
 
 
-def fused_scorer(model, ids: torch.Tensor) -> torch.Tensor:
-    """The same log-probs through the patched model's fused head: the decoder's hidden states, no logits."""
-    hidden = model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
-    w = model.get_output_embeddings().weight
-    return rl_kernel.lm_head_logprobs(hidden[:, :-1], w, ids[:, 1:], tier=hf.tier_of(model))
+def fused_scorer(tier: str):
+    """The same log-probs through the tier's fused head: the decoder's hidden states, no logits."""
+
+    def score(model, ids: torch.Tensor) -> torch.Tensor:
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+        w = model.get_output_embeddings().weight
+        return rl_kernel.lm_head_logprobs(hidden[:, :-1], w, ids[:, 1:], tier=tier)
+
+    return score
+
+
+@contextlib.contextmanager
+def in_tier(model, tier: str) -> Iterator[str]:
+    """The model in `tier` for the block: stock as it is, mode-TIER under rl_kernel.mode(TIER), else patched (and
+    unpatched after); yields the tier whose kernels serve ("stock", or TIER)."""
+    if tier == "stock":
+        yield tier
+    elif tier.startswith("mode-"):
+        with rl_kernel.mode(tier.removeprefix("mode-")):
+            yield tier.removeprefix("mode-")
+    else:
+        hf.patch(model, tier=tier)
+        try:
+            yield tier
+        finally:
+            hf.unpatch(model)
 
 
 def train_step(model, ids: torch.Tensor, opt, score, clip: float = CLIP) -> None:
@@ -80,9 +106,21 @@ def check(model, ids: torch.Tensor, mask: torch.Tensor, new: int) -> dict:
         "tokens_differing_logits": int(differ.any(-1).sum()),
         "ratios_exactly_one": int((ratios.view(torch.int32) == torch.tensor(1.0).view(torch.int32)).sum()),
     }
-    out |= rollout.drift(logits, forward, completions, CLIP)
+    out |= outside_mode(lambda: rollout.drift(logits, forward, completions, CLIP))  # float64, which no tier has
     out["generate_equals_forward"] = out["logits_differ"] == 0
     return out
+
+
+def outside_mode(fn: Callable[[], dict]) -> dict:
+    """fn() with rl_kernel.mode's innermost tier (if one is on) paused: the stock model's drift metrics are float64."""
+    tier = aten_mode.active()
+    if tier is None:
+        return fn()
+    aten_mode.disable()
+    try:
+        return fn()
+    finally:
+        aten_mode.enable(tier)
 
 
 def peak_gb() -> float | None:
@@ -90,11 +128,15 @@ def peak_gb() -> float | None:
 
 
 def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor) -> dict:
-    """The check, the rollout and the training step of one tier (stock: unpatched) on the model's weights."""
-    if tier != "stock":
-        hf.patch(model, tier=tier)
-    reps = args.exact_reps if tier == "exact" else args.reps
-    optimizer = ExactAdamW if tier == "exact" else torch.optim.AdamW
+    """The check, the rollout and the training step of one tier (stock: unpatched; mode-TIER: under the mode) on the
+    model's weights."""
+    with in_tier(model, tier) as serving:
+        return _run(model, tier, serving, args, check_p, rollout_p, train_ids)
+
+
+def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: torch.Tensor) -> dict:
+    reps = args.exact_reps if serving == "exact" else args.reps
+    optimizer = ExactAdamW if serving == "exact" else torch.optim.AdamW
     opt = optimizer(model.parameters(), lr=1e-6)
     res = {"check": check(model.eval(), *check_p, args.check_new)}
     print(f"{tier}: check {json.dumps(res['check'])}", flush=True)
@@ -105,7 +147,7 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
     logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
     heads = {"train": logits_scorer(logprobs)}
     if tier != "stock":
-        heads["train_fused_head"] = fused_scorer
+        heads["train_fused_head"] = fused_scorer(serving)
     for name, score in heads.items():
         if timing.gpu():
             torch.cuda.reset_peak_memory_stats()
@@ -120,8 +162,6 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
             for where, n in found.items():
                 print(f"{tier}: {stage}: host sync x{n}: {where}", flush=True)
     model.eval()
-    if tier != "stock":
-        hf.unpatch(model)
     if timing.gpu():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -149,7 +189,7 @@ def arguments(argv: list[str] | None):
 def ratios_over_stock(record: dict) -> None:
     if "stock" not in record:
         return
-    for tier in (t for t in ("fast", "exact") if t in record):
+    for tier in (t for t in record["args"]["tiers"] if t != "stock"):
         for what in (w for w in STAGES if w in record[tier]):
             for how in ("synced_s", "queued_s"):
                 stock = record["stock"]["rollout" if what == "rollout" else "train"][how]

@@ -106,16 +106,20 @@ def test_the_round_script_parses_and_passes_shellcheck() -> None:
 
 def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     """model_step at the tiny shape: the stock and exact tiers' generate() logits equal the training forward's and
-    every first-step ratio is exactly 1.0 (on the CPU both hold), and both were timed (bench.timing's CPU path)."""
+    every first-step ratio is exactly 1.0 (on the CPU both hold), the same for the unpatched model under
+    rl_kernel.mode("exact") (mode-exact), and each was timed (bench.timing's CPU path)."""
     out = tmp_path / "step.json"
     sizes = ["--batch", "2", "--prompt-min", "3", "--prompt-max", "6", "--new", "3", "--train-batch", "2",
              "--train-len", "12", "--check-batch", "2", "--check-new", "3", "--reps", "1"]  # fmt: skip
-    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact", *sizes, "--json", str(out))
+    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact,mode-exact", *sizes, "--json", str(out))
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["shape"]["layers"] == 2 and record["env"]["device"] == "cpu"
-    for tier in ("stock", "exact"):
+    for tier in ("stock", "exact", "mode-exact"):
         check = record[tier]["check"]
         assert check["generate_equals_forward"] and check["ratios_exactly_one"] == check["tokens"] == 6, check
         assert record[tier]["train"]["synced_s"] > 0 and record[tier]["rollout"]["queued_s"] > 0
-    assert record["exact"]["train_fused_head"]["synced_s"] > 0
+    assert (
+        record["exact"]["train_fused_head"]["synced_s"] > 0 and record["mode-exact"]["train_fused_head"]["synced_s"] > 0
+    )
+    assert record["mode-exact"]["train_synced_s_over_stock"] > 0
