@@ -48,15 +48,19 @@ def padded(seqs: Sequence[torch.Tensor], right: bool) -> tuple[torch.Tensor, tor
     return ids, mask
 
 
-def completion_logits(model, seqs: Sequence[torch.Tensor], new: int, right: bool, grad: bool = True) -> torch.Tensor:
+def completion_logits(
+    model, seqs: Sequence[torch.Tensor], new: int, right: bool, grad: bool = True, host: bool = True
+) -> torch.Tensor:
     """One training forward (autograd on unless grad=False) over the sequences padded one way: the logits
-    [B, new, V] fp32 (CPU) at the positions that score each sequence's `new` completion tokens."""
+    [B, new, V] fp32 (on the CPU, or the model's device with host=False) at the positions that score each
+    sequence's `new` completion tokens."""
     device = next(model.parameters()).device
     ids, mask = padded(seqs, right)
     with torch.set_grad_enabled(grad):
         logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     ends = [len(s) if right else ids.shape[1] for s in seqs]  # one past each sequence's last token
-    return torch.stack([logits[i, end - new - 1 : end - 1] for i, end in enumerate(ends)]).detach().float().cpu()
+    out = torch.stack([logits[i, end - new - 1 : end - 1] for i, end in enumerate(ends)]).detach().float()
+    return out.cpu() if host else out
 
 
 def forward_views(model, seqs: Sequence[torch.Tensor], new: int) -> dict[str, torch.Tensor]:

@@ -123,3 +123,19 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
         record["exact"]["train_fused_head"]["synced_s"] > 0 and record["mode-exact"]["train_fused_head"]["synced_s"] > 0
     )
     assert record["mode-exact"]["train_synced_s_over_stock"] > 0
+
+
+@pytest.mark.slow
+def test_rollout_modes_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
+    """rollout_modes at the tiny shape: the exact tier's generate() equals the training forward in every mode (the
+    compiled one compiled on the CPU), stock's eager generate() does not; each mode timed."""
+    out = tmp_path / "modes.json"
+    res = run_bench("rollout_modes", "--model", "tiny", "--tiers", "stock,exact", "--prompts", "3", "--new", "4",
+                    "--reps", "1", "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    for mode in ("eager", "static", "compiled"):
+        bits = record["exact"][f"{mode} bits"]
+        assert bits["batch, left padded"] == bits["each sequence alone"] == 0 < bits["elements"], (mode, bits)
+        assert record["exact"][f"{mode} 3"]["tokens_per_s"] > 0 and record["stock"][f"{mode} 3"]["tokens_per_s"] > 0
+    assert record["stock"]["eager bits"]["batch, left padded"] > 0  # the control: stock's rollout differs
