@@ -27,24 +27,12 @@ from rl_kernel.bitwise import int_view
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.models import PAD
 
-MODES = ("eager", "static", "compiled")
+MODES = hf.ROLLOUT_MODES
 
 
 def mode_kwargs(mode: str) -> dict:
-    """generate()'s arguments for a mode (on the CPU, compile_config asks transformers to compile there too)."""
-    if mode == "eager":
-        return {}
-    if mode == "static":
-        return {"cache_implementation": "static", "disable_compile": True}
-    if mode == "compiled":
-        if timing.gpu():
-            return {"cache_implementation": "static"}
-        import transformers
-
-        config = transformers.CompileConfig()
-        config._compile_all_devices = True
-        return {"cache_implementation": "static", "compile_config": config}
-    raise ValueError(f"unknown rollout mode {mode!r} (modes: {', '.join(MODES)})")
+    """generate()'s arguments for a mode on this machine's device (rl_kernel's rollout_kwargs)."""
+    return hf.rollout_kwargs(mode, "cuda" if timing.gpu() else "cpu")
 
 
 def bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str) -> dict[str, int]:

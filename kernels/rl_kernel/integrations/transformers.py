@@ -329,6 +329,26 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     return model
 
 
+ROLLOUT_MODES = ("eager", "static", "compiled")
+
+
+def rollout_kwargs(mode: str, device: torch.device | str) -> dict[str, Any]:
+    """generate()'s arguments for a rollout mode: eager (the dynamic cache), static (cache_implementation="static",
+    not compiled) or compiled (the static cache and transformers' compiled decode step, with exact_compile_options
+    on a patched model; on a CPU, where transformers compiles only when asked, its CompileConfig asks)."""
+    if mode == "eager":
+        return {}
+    if mode == "static":
+        return {"cache_implementation": "static", "disable_compile": True}
+    if mode == "compiled":
+        if torch.device(device).type != "cpu":
+            return {"cache_implementation": "static"}
+        config = transformers.CompileConfig()
+        config._compile_all_devices = True
+        return {"cache_implementation": "static", "compile_config": config}
+    raise ValueError(f"rl_kernel: unknown rollout mode {mode!r} (modes: {', '.join(ROLLOUT_MODES)})")
+
+
 def exact_compile_options(backend: Any, mode: str | None, options: dict | None) -> tuple[str | None, dict | None]:
     """torch.compile's (mode, options) for a patched model's forward: inductor fuses the elementwise ops the tier
     leaves to PyTorch (residual adds, the rotary multiply-adds, casts) and by default keeps their bf16/fp16

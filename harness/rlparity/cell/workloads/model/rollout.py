@@ -84,8 +84,9 @@ class Rollout:
         return self.sequences[:, self.prompt_width :]
 
 
-def generate(model, p: Prompts, new: int, seed: int | None, device) -> Rollout:
-    """model.generate(): greedy (seed None) or with rl_kernel's Gumbel sampler (keys: the prompt's number)."""
+def generate(model, p: Prompts, new: int, seed: int | None, device, rollout: str = "eager") -> Rollout:
+    """model.generate(): greedy (seed None) or with rl_kernel's Gumbel sampler (keys: the prompt's number), in a
+    rollout mode (rl_kernel.integrations.transformers.rollout_kwargs: eager, static, compiled)."""
     processors = None
     if seed is not None:
         keys = torch.arange(p.ids.shape[0]) * 7 + 1
@@ -101,6 +102,7 @@ def generate(model, p: Prompts, new: int, seed: int | None, device) -> Rollout:
             pad_token_id=PAD,
             output_logits=True,
             return_dict_in_generate=True,
+            **hf.rollout_kwargs(rollout, device),
         )
     return Rollout(out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(), p.ids.shape[1])
 
