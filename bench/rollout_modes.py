@@ -24,15 +24,16 @@ import torch
 
 from bench import environment, model_shapes, parser, rollout, timing
 from rl_kernel.bitwise import int_view
+from rl_kernel.integrations import generation
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.models import PAD
 
-MODES = hf.ROLLOUT_MODES
+MODES = generation.ROLLOUT_MODES
 
 
 def mode_kwargs(mode: str) -> dict:
     """generate()'s arguments for a mode on this machine's device (rl_kernel's rollout_kwargs)."""
-    return hf.rollout_kwargs(mode, "cuda" if timing.gpu() else "cpu")
+    return generation.rollout_kwargs(mode, "cuda" if timing.gpu() else "cpu")
 
 
 def bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str) -> dict[str, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rl_kernel.bitwise import bits_equal, diff
-from rl_kernel.integrations import transformers as hf
+from rl_kernel.integrations import generation
 from rlparity.cell.workloads import model as M
 from rlparity.matrix import load_matrix
 
@@ -20,7 +20,7 @@ def test_the_nightly_matrix_has_compiled_rollout_cells() -> None:
 
 def test_an_unknown_rollout_mode_is_named() -> None:
     with pytest.raises(ValueError, match=r"unknown rollout mode 'paged' \(modes: eager, static, compiled\)"):
-        hf.rollout_kwargs("paged", "cpu")
+        generation.rollout_kwargs("paged", "cpu")
 
 
 @pytest.mark.slow  # an inductor compile of the decode step

@@ -13,6 +13,7 @@ from torch._dynamo.utils import counters
 
 from rl_kernel import models
 from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.integrations import generation
 from rl_kernel.integrations import transformers as hf
 from rlparity.cell.workloads import model as M
 
@@ -44,7 +45,7 @@ def test_compiled_static_generate_equals_the_forward(family: str, dtype: str) ->
 
 
 def test_inductor_without_the_exact_options_changes_the_bits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hf, "exact_compile_options", lambda backend, mode, options: (mode, options))
+    monkeypatch.setattr(generation, "exact_compile_options", lambda backend, mode, options: (mode, options))
     model = models.tiny_model("qwen3", VOCAB, tier="exact", dtype="bf16")
     p = M.prompts(5, VOCAB, 0)
     r = compiled_generate(model, p)
@@ -62,7 +63,7 @@ def test_inductor_without_the_exact_options_changes_the_bits(monkeypatch: pytest
     ],
 )
 def test_exact_compile_options(backend: str, mode: str | None, options: dict | None, want: tuple) -> None:
-    assert hf.exact_compile_options(backend, mode, options) == want
+    assert generation.exact_compile_options(backend, mode, options) == want
 
 
 def test_the_mask_hook_pads_to_the_static_caches_slots() -> None:

@@ -11,6 +11,7 @@ import torch
 
 from rl_kernel import models
 from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.integrations import generation
 from rl_kernel.integrations import transformers as hf
 from rlparity.cell.workloads import model as M
 
@@ -67,11 +68,13 @@ def four_d(mask2d: torch.Tensor, new: int, slots: int, additive: bool) -> torch.
 def test_key_mask_reads_generates_4d_masks(additive: bool) -> None:
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]])
     for new in (6, 1):
-        got, past = hf.key_mask(four_d(mask, new, 9, additive), 3, new, None, torch.device("cpu"))
+        got, past = generation.key_mask(four_d(mask, new, 9, additive), 3, new, None, torch.device("cpu"))
         assert past == 6 - new and torch.equal(got, mask)
-        got, past = hf.key_mask({"full_attention": four_d(mask, new, 9, additive)}, 3, new, None, torch.device("cpu"))
+        got, past = generation.key_mask(
+            {"full_attention": four_d(mask, new, 9, additive)}, 3, new, None, torch.device("cpu")
+        )
         assert past == 6 - new and torch.equal(got, mask)
-    none, past = hf.key_mask(None, 2, 4, None, torch.device("cpu"))
+    none, past = generation.key_mask(None, 2, 4, None, torch.device("cpu"))
     assert past == 0 and torch.equal(none, torch.ones(2, 4, dtype=torch.long))
 
 
@@ -79,8 +82,8 @@ def test_key_mask_names_what_it_cannot_read() -> None:
     cpu = torch.device("cpu")
     right_padded = torch.tensor([[[[True, True, True, False]]], [[[True, True, True, True]]]])  # row 0 ends early
     with pytest.raises(ValueError, match="does not see its own slot"):
-        hf.key_mask(right_padded, 2, 1, None, cpu)
+        generation.key_mask(right_padded, 2, 1, None, cpu)
     with pytest.raises(ValueError, match="2-d attention_mask"):
-        hf.key_mask(torch.ones(2, 3, dtype=torch.long), 2, 4, None, cpu)
+        generation.key_mask(torch.ones(2, 3, dtype=torch.long), 2, 4, None, cpu)
     with pytest.raises(ValueError, match="empty dict"):
-        hf.key_mask({}, 2, 4, None, cpu)
+        generation.key_mask({}, 2, 4, None, cpu)

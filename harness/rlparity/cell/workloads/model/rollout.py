@@ -15,6 +15,7 @@ import transformers
 from transformers import LogitsProcessorList
 
 from rl_kernel.inputs import DTYPE_NAMES
+from rl_kernel.integrations import generation
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.models import FAMILIES as FAMILIES  # re-exported: the model workload's families
 from rl_kernel.models import PAD, tiny_config, tiny_weights
@@ -102,7 +103,7 @@ def generate(model, p: Prompts, new: int, seed: int | None, device, rollout: str
             pad_token_id=PAD,
             output_logits=True,
             return_dict_in_generate=True,
-            **hf.rollout_kwargs(rollout, device),
+            **generation.rollout_kwargs(rollout, device),
         )
     return Rollout(out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(), p.ids.shape[1])
 
