@@ -9,17 +9,21 @@ Each config is rl_kernel.models.tiny_config's (the family's own features: Qwen3'
 the tying the shape names where tiny_config's defaults (heads / 2 KV heads, Qwen3 untied) differ. A shape
 tiny_config makes as it is gets rl_kernel.models.tiny_weights (the weights every part of the project draws from
 the seed, on the CPU in fp32); another gets transformers' own initialisation, seeded, drawn on the device in its
-dtype (an 8B model in fp32 on the host would take 32 GB and minutes).
+dtype (an 8B model in fp32 on the host would take 32 GB and minutes). in_tier puts a model in a tier for a block
+(stock, patched, or unpatched under rl_kernel.mode: "mode-TIER"), as model_step and rollout_modes run them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+import rl_kernel
 from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.models import tiny_config, tiny_weights
 
@@ -76,3 +80,22 @@ def build(s: Shape, dtype: str, seed: int, device: str | torch.device) -> torch.
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config(s), dtype=DTYPE_NAMES[dtype])
     return model.eval()
+
+
+@contextlib.contextmanager
+def in_tier(model, tier: str) -> Iterator[str]:
+    """The model in `tier` for the block: stock as it is, mode-TIER under rl_kernel.mode(TIER), else patched (and
+    unpatched after); yields the tier whose kernels serve ("stock", or TIER)."""
+    if tier == "stock":
+        yield tier
+    elif tier.startswith("mode-"):
+        with rl_kernel.mode(tier.removeprefix("mode-")):
+            yield tier.removeprefix("mode-")
+    else:
+        from rl_kernel.integrations import transformers as hf  # here: model_shapes' other users need no transformers
+
+        hf.patch(model, tier=tier)
+        try:
+            yield tier
+        finally:
+            hf.unpatch(model)

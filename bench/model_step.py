@@ -25,17 +25,15 @@ Each timing is synced and queued (bench.timing, median of --reps after one warm-
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, rollout, timing
 from rl_kernel import aten_mode
-from rl_kernel.integrations import transformers as hf
 from rl_kernel.optim import ExactAdamW
 
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
@@ -61,23 +59,6 @@ def fused_scorer(tier: str):
         return rl_kernel.lm_head_logprobs(hidden[:, :-1], w, ids[:, 1:], tier=tier)
 
     return score
-
-
-@contextlib.contextmanager
-def in_tier(model, tier: str) -> Iterator[str]:
-    """The model in `tier` for the block: stock as it is, mode-TIER under rl_kernel.mode(TIER), else patched (and
-    unpatched after); yields the tier whose kernels serve ("stock", or TIER)."""
-    if tier == "stock":
-        yield tier
-    elif tier.startswith("mode-"):
-        with rl_kernel.mode(tier.removeprefix("mode-")):
-            yield tier.removeprefix("mode-")
-    else:
-        hf.patch(model, tier=tier)
-        try:
-            yield tier
-        finally:
-            hf.unpatch(model)
 
 
 def train_step(model, ids: torch.Tensor, opt, score, clip: float = CLIP) -> None:
@@ -130,7 +111,7 @@ def peak_gb() -> float | None:
 def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor) -> dict:
     """The check, the rollout and the training step of one tier (stock: unpatched; mode-TIER: under the mode) on the
     model's weights."""
-    with in_tier(model, tier) as serving:
+    with model_shapes.in_tier(model, tier) as serving:
         return _run(model, tier, serving, args, check_p, rollout_p, train_ids)
 
 

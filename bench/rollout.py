@@ -21,17 +21,22 @@ def prompts(batch: int, lo: int, hi: int, vocab: int, seed: int) -> tuple[torch.
     return padded([torch.randint(1, vocab, (n,), generator=g) for n in lengths], right=False)
 
 
-def generate(model, ids: torch.Tensor, mask: torch.Tensor, new: int, keep_logits: bool = True, **mode: Any):
+def generate(
+    model, ids: torch.Tensor, mask: torch.Tensor, new: int, keep_logits: bool = True, host: bool = True, **mode: Any
+):
     """Greedy generate() of exactly `new` tokens: (sequences [B, P + new], logits [B, new, V] fp32), both on the
-    CPU (logits None unless keep_logits); `mode`: generate()'s cache and compile arguments (bench.rollout_modes)."""
+    CPU (or the model's device with host=False; logits None unless keep_logits); `mode`: generate()'s cache and
+    compile arguments (bench.rollout_modes)."""
     device = next(model.parameters()).device
     with torch.no_grad():
         out = model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new, min_new_tokens=new,
             do_sample=False, pad_token_id=PAD, output_logits=keep_logits, return_dict_in_generate=True, **mode,
         )  # fmt: skip
-    logits = torch.stack(out.logits, 1).float().cpu() if keep_logits else None
-    return out.sequences.cpu(), logits
+    logits = torch.stack(out.logits, 1).float() if keep_logits else None
+    if not host:
+        return out.sequences, logits
+    return out.sequences.cpu(), None if logits is None else logits.cpu()
 
 
 def unpadded(sequences: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:

@@ -8,7 +8,7 @@ Modes (transformers' generate() on the same weights, one process, greedy, prompt
 - static: cache_implementation="static" with disable_compile (the static cache alone);
 - compiled: cache_implementation="static" and the compiled decode step (torch.compile, CUDA graphs); stock takes
   transformers' default CompileConfig, a patched model the same config with rl_kernel's exact options
-  (integrations.transformers.exact_compile_options).
+  (rl_kernel.integrations.generation.exact_compile_options).
 Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call (the
 compile, for the compiled mode). The bits: at the first prompt count, each mode's generate() logits against the
 training forward of the generated sequences (the batch left padded, and each sequence alone), elements that differ
@@ -25,8 +25,6 @@ import torch
 from bench import environment, model_shapes, parser, rollout, timing
 from rl_kernel.bitwise import int_view
 from rl_kernel.integrations import generation
-from rl_kernel.integrations import transformers as hf
-from rl_kernel.models import PAD
 
 MODES = generation.ROLLOUT_MODES
 
@@ -40,13 +38,8 @@ def bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str) -> d
     """{view: logits that differ} between the mode's generate() and the training forward's views (the batch left
     padded, each sequence alone), counted on the model's device (moving them to the host took minutes at 128
     prompts of a 151936 vocabulary)."""
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new,
-                             min_new_tokens=new, do_sample=False, pad_token_id=PAD, output_logits=True,
-                             return_dict_in_generate=True, **mode_kwargs(mode))  # fmt: skip
-    logits = torch.stack(out.logits, 1).float()
-    seqs = rollout.unpadded(out.sequences, mask)
+    sequences, logits = rollout.generate(model, ids, mask, new, host=False, **mode_kwargs(mode))
+    seqs = rollout.unpadded(sequences, mask)
     left = rollout.completion_logits(model, seqs, new, right=False, grad=False, host=False)
     alone = torch.cat([rollout.completion_logits(model, [s], new, True, grad=False, host=False) for s in seqs])
     return {"batch, left padded": differing(logits, left), "each sequence alone": differing(logits, alone),
@@ -68,10 +61,8 @@ def throughput(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str
 
 
 def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> dict:
-    if tier != "stock":
-        hf.patch(model, tier=tier)
     res: dict = {}
-    try:
+    with model_shapes.in_tier(model, tier):
         for mode in args.modes:
             check_b = min(batches)
             res[f"{mode} bits"] = bits(model, *batches[check_b], args.check_new, mode)
@@ -80,9 +71,6 @@ def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torc
                 res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps)
                 print(f"{tier} {mode} {b} prompts: {json.dumps(res[f'{mode} {b}'])}", flush=True)
             torch.compiler.reset()  # the next mode or tier compiles afresh (cudagraph trees freed)
-    finally:
-        if tier != "stock":
-            hf.unpatch(model)
     return res
 
 

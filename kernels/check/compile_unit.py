@@ -4,12 +4,14 @@ cache) and the result of one target."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,21 +40,29 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RL_KERNEL_CHECK_CACHE") or default)
 
 
-def compile_cached(cmd: list[str], source: Path, out: Path) -> subprocess.CompletedProcess:
-    """Run a compile of `source` into `out` once per (command, the source's text, every contract file's text): the
-    same compile asked again (another target's reference count, another test, another run) copies the kept output.
-    Paths are left out of the key (each run writes its unit in a temporary folder); a per-key lock makes concurrent
-    callers (xdist workers) wait for the one compile. A failed compile is never kept."""
+@contextlib.contextmanager
+def _kept_entry(cmd: list[str], paths: tuple[Path, ...], inputs: list[Path]) -> Iterator[Path]:
+    """The cache folder of (cmd with `paths` written <path>, the bytes of `inputs`), held under its lock: concurrent
+    callers (xdist workers) wait for the one run. Paths are left out of the key (each run writes its unit in a
+    temporary folder)."""
     key = hashlib.sha256()
     for arg in cmd:
-        key.update((arg if arg not in (str(source), str(out)) else "<path>").encode() + b"\0")
-    for path in [source, *build_flags.contract_files()]:
+        key.update((arg if arg not in {str(p) for p in paths} else "<path>").encode() + b"\0")
+    for path in inputs:
         key.update(path.read_bytes())
     entry = cache_dir() / key.hexdigest()[:24]
     entry.mkdir(parents=True, exist_ok=True)
-    kept = entry / "output"
     with open(entry / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield entry
+
+
+def compile_cached(cmd: list[str], source: Path, out: Path) -> subprocess.CompletedProcess:
+    """Run a compile of `source` into `out` once per (command, the source's text, every contract file's text): the
+    same compile asked again (another target's reference count, another test, another run) copies the kept output.
+    A failed compile is never kept."""
+    with _kept_entry(cmd, (source, out), [source, *build_flags.contract_files()]) as entry:
+        kept = entry / "output"
         if kept.is_file():
             shutil.copyfile(kept, out)
             return subprocess.CompletedProcess(cmd, 0, "", "")
@@ -65,15 +75,8 @@ def compile_cached(cmd: list[str], source: Path, out: Path) -> subprocess.Comple
 def output_cached(cmd: list[str], binary: Path) -> subprocess.CompletedProcess:
     """A disassembler's run over `binary` (cuobjdump -sass: ~90 MB of text and seconds per target), its stdout kept by
     (command, the binary's bytes) like compile_cached's compiles; a failed run is never kept."""
-    key = hashlib.sha256()
-    for arg in cmd:
-        key.update((arg if arg != str(binary) else "<path>").encode() + b"\0")
-    key.update(binary.read_bytes())
-    entry = cache_dir() / f"out-{key.hexdigest()[:24]}"
-    entry.mkdir(parents=True, exist_ok=True)
-    kept = entry / "stdout"
-    with open(entry / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _kept_entry(cmd, (binary,), [binary]) as entry:
+        kept = entry / "stdout"
         if kept.is_file():
             return subprocess.CompletedProcess(cmd, 0, kept.read_text(), "")
         proc = run(cmd)

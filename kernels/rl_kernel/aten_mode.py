@@ -18,8 +18,9 @@ and, in torch's own elementwise operators on every device whatever the tier: `su
 time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree. `_grouped_mm` is
 refused by name. An mm is the tier's `linear` of the second operand's transpose, so `F.linear` under the mode gives
 `rl_kernel.linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
-patch's products in the same order). What the mode cannot serve raises a ModeError naming the form (a scaled addmm,
-a dtype or device the tier lacks), never stock.
+patch's products in the same order). A dtype the tier lacks is served by its fallback tier's kernels (the fast
+tier's fp32 by the exact tier's); what no tier serves raises a ModeError naming the form (a scaled addmm, float64, a
+device the tier lacks), never stock.
 
 Nesting: an inner mode serves until it exits, then the outer one again; `enable(tier)` / `disable()` are the
 pair for code that cannot be wrapped. Nothing stays registered after the last exit.

@@ -108,6 +108,14 @@ def test_each_tier_is_scanned_by_its_own_rules() -> None:
     assert bad.returncode != 0 and "unknown tier nope (known: exact, fast)" in bad.stdout + bad.stderr
 
 
+def test_word_rules_keep_the_word_boundary() -> None:
+    """word_rule moves each leading \\b behind its literal (a faster search): the matches stay re's own."""
+    text = "RET xRET _RET RETx .RET v_fma_f32 xv_fma_f32 mad.f32 amad.f32"
+    for pattern in (r"\bRET\b", r"\bv_fma_f32\b", r"\b(?:fma|mad)\.f32\b"):
+        got = [(m.start(), m.group()) for m in asm_rules.word_rule(pattern).finditer(text)]
+        assert got == [(m.start(), m.group()) for m in re.finditer(pattern, text)] and got, pattern
+
+
 def test_scanners_flag_what_they_should() -> None:
     fma = "v_fmac_f32_e32 v1, v2, v3\nv_pk_fma_f32 v[0:1], v[2:3], v[4:5]"
     clean = "v_mul_f32_e32 v1, v2, v3\nv_add_f32_e32 v1, v1, v4"

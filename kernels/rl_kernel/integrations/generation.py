@@ -58,7 +58,7 @@ def key_mask(
     slots = static_slots(cache)
     if slots and mask is not None and mask.dim() == 2 and mask.shape[0] == b and t <= mask.shape[1] <= slots:
         # A static cache (compiled decode): its running length stays a tensor, the mask is padded to every slot.
-        return torch.nn.functional.pad(mask, (0, slots - mask.shape[1])), _static_length(cache, cache_position)
+        return _to_slots(mask, slots), _static_length(cache, cache_position)
     past = int(cache.get_seq_length()) if cache is not None else 0
     if mask is None:
         return torch.ones(b, past + t, dtype=torch.long, device=device), past
@@ -142,7 +142,14 @@ def compiled_call(model: nn.Module, compile_config: Any = None) -> Callable:
 
 
 def slot_mask(*, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor | None:
+    """A patched model's create_masks_for_generate: generate()'s 2-d mask as it is, padded to a static cache's slots
+    (one shape for every decode step)."""
     slots = static_slots(kwargs.get("cache", kwargs.get("past_key_values")))
     if attention_mask is None or not slots or attention_mask.shape[1] >= slots:
         return attention_mask
-    return torch.nn.functional.pad(attention_mask, (0, slots - attention_mask.shape[1]))
+    return _to_slots(attention_mask, slots)
+
+
+def _to_slots(mask: torch.Tensor, slots: int) -> torch.Tensor:
+    """A [b, past + t] mask zero-padded to a static cache's [b, slots] (slots past its tokens hold no key)."""
+    return torch.nn.functional.pad(mask, (0, slots - mask.shape[1]))

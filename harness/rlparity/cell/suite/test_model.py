@@ -52,7 +52,7 @@ def test_generate_matches_forward(cell, record, shape, family, sampler, params):
     p = M.prompts(shape[0], shape[2], cell.seed)
     seed = None if sampler == "greedy" else cell.seed + 1
     model = _patched(family, shape, cell, rollout_dev, params)
-    r = M.generate(model, p, shape[1], seed, rollout_dev, {**M.MODEL_DEFAULTS, **params}["rollout"])
+    r = M.generate(model, p, shape[1], seed, rollout_dev, params["rollout"])  # params: resolved, the defaults included
     record.output(f"{_sid(shape, family)}/{sampler}/sequences", r.sequences)
     trainer = _patched(family, shape, cell, train_dev, params)
     views = M.forward_views(trainer, r, p, train_dev)

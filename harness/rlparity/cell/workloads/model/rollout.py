@@ -87,7 +87,7 @@ class Rollout:
 
 def generate(model, p: Prompts, new: int, seed: int | None, device, rollout: str = "eager") -> Rollout:
     """model.generate(): greedy (seed None) or with rl_kernel's Gumbel sampler (keys: the prompt's number), in a
-    rollout mode (rl_kernel.integrations.transformers.rollout_kwargs: eager, static, compiled)."""
+    rollout mode (rl_kernel.integrations.generation.rollout_kwargs: eager, static, compiled)."""
     processors = None
     if seed is not None:
         keys = torch.arange(p.ids.shape[0]) * 7 + 1

@@ -11,7 +11,7 @@ from rlparity.cell.workloads import SUITE_DIR, Workload
 # The workload's parameters and their defaults: the model's shape (intermediate 0: twice the hidden size) and
 # the trainer's GRPO steps and micro-batch size. (Here, not in rlparity.cell.workloads.model: the device probe reads
 # this descriptor without importing transformers.)
-# The rollout mode (rl_kernel.integrations.transformers.ROLLOUT_MODES): eager generate(), a static cache, or the
+# The rollout mode (rl_kernel.integrations.generation.ROLLOUT_MODES): eager generate(), a static cache, or the
 # static cache with transformers' compiled decode step.
 MODEL_DEFAULTS = {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 0, "steps": 2, "micro": 3, "rollout": "eager"}
 
