@@ -57,6 +57,7 @@ BY_CONTEXT = (
     ("log-prob head", r"Softmax|Gather|TokenLogprobs|Entropy|_Head|LogProb|lm_head"),
     ("optimizer", r"Optimizer|AdamW|adam"),
 )
+SYNC = re.compile(r"\bSync\b")  # the device's side of a host sync (Context / Stream / Event Sync): a wait, no kernel
 HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary"  # model module classes whose forward opens a range
 
 
@@ -112,12 +113,19 @@ def device_times(prof, steps: int) -> dict[str, float]:
     """Milliseconds per step per family: each kernel, once (with the op that launched it), attributed by its name,
     then by that op's context. Without a GPU, the CPU ops' self time (attributed the same way)."""
     found: dict[str, float] = defaultdict(float)
+    unclaimed = Counter()  # every kernel, less those an op claims: a Triton launch outside any op has no parent
     for event in prof.events():
         if timing.gpu():
+            if event.device_type == torch.autograd.DeviceType.CUDA and not SYNC.search(event.name):
+                unclaimed[(event.name, event.device_time_total)] += 1
             for (name, duration), count in own_kernels(event).items():
                 found[family(name, context_of(event))] += count * duration / 1e3 / steps
+                unclaimed[(name, duration)] -= count
         elif event.self_cpu_time_total and not event.name.startswith(LABEL):
             found[family(event.name, context_of(event))] += event.self_cpu_time_total / 1e3 / steps
+    for (name, duration), count in unclaimed.items():
+        if count > 0:
+            found[family(name, [])] += count * duration / 1e3 / steps
     return dict(found)
 
 

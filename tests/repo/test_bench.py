@@ -139,3 +139,18 @@ def test_rollout_modes_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
         assert bits["batch, left padded"] == bits["each sequence alone"] == 0 < bits["elements"], (mode, bits)
         assert record["exact"][f"{mode} 3"]["tokens_per_s"] > 0 and record["stock"][f"{mode} 3"]["tokens_per_s"] > 0
     assert record["stock"]["eager bits"]["batch, left padded"] > 0  # the control: stock's rollout differs
+
+
+def test_profile_rollout_attributes_a_generate_on_the_cpu(tmp_path: Path) -> None:
+    """profile_rollout at the tiny shape: every tier's generate() profiled, its time put in families (the exact
+    tier's SwiGLU is its own kernel, stock's is not), busy time within the wall time's order."""
+    out = tmp_path / "profile.json"
+    res = run_bench("profile_rollout", "--model", "tiny", "--prompts", "2", "--new", "3", "--json", str(out))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    runs = json.loads(out.read_text())["runs"]["2"]
+    assert set(runs) == {"stock", "exact"}
+    for tier, r in runs.items():
+        assert r["wall_ms_per_token"] > 0 and r["busy_ms_per_token"] > 0, (tier, r)
+        assert abs(sum(r["families_ms_per_token"].values()) - r["busy_ms_per_token"]) < 1e-6
+        assert {"linear", "rms_norm", "attention glue"} & set(r["families_ms_per_token"]), r
+    assert runs["exact"]["families_ms_per_token"]["swiglu"] > 0

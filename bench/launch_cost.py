@@ -1,0 +1,122 @@
+"""What one call of each decoder operator costs the host at a decode size, stock against the tiers.
+
+    python -m bench launch_cost [--batch 32] [--cache 300] [--reps 300] [--json out.json]
+
+An eager decode step launches every layer's operators from Python, so its time is the host's when the device's
+work is small (bench.profile_rollout says when). Here, at the Qwen3-1.7B shape's sizes for --batch sequences of one
+token (--cache keys in the cache): for each operator, stock PyTorch (what transformers runs), the tier's public
+operator (argument checks, autograd, the dispatcher) and the bare kernel call under it (the exact tier's registered
+op; the fast tier's launch without its wrapper), plus an empty Triton kernel and an empty torch op (the launch
+paths' floors). Each figure is bench.timing's host time (a sync before each call, none after: the launch path
+alone) and its queued device time, medians of --reps calls.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.nn.functional as F
+
+from bench import contenders as C
+from bench import environment, gpu_missing, parser, timing
+
+
+def _empty_triton():
+    """An empty Triton kernel's launch (one program that stores one value)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _store_one(out_ptr):
+        tl.store(out_ptr, 1.0)
+
+    out = torch.empty(1, device="cuda")
+    return lambda: _store_one[(1,)](out)
+
+
+def _stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """transformers' Qwen3RMSNorm.forward."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return w * h.to(x.dtype)
+
+
+def _stock_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' apply_rotary_pos_emb for one tensor (rotate_half)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def contenders(batch: int, cache: int) -> dict[str, dict]:
+    """operator -> {contender: call} at the 1.7B shape: hidden 2048, 16 / 8 heads of 128, MLP 6144."""
+    from rl_kernel.fast.decoder import attention as fast_attention
+    from rl_kernel.fast.decoder import linear as fast_linear
+
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(batch, 1, 2048, device=dev, dtype=bf)
+    w = torch.randn(2048, 2048, device=dev, dtype=bf) * 0.02
+    norm_w = torch.ones(2048, device=dev, dtype=bf)
+    q = torch.randn(batch, 16, 1, 128, device=dev, dtype=bf)
+    k = torch.randn(batch, 8, cache, 128, device=dev, dtype=bf)
+    v = torch.randn_like(k)
+    q_pos = torch.full((batch, 1), cache - 1, device=dev, dtype=torch.long)
+    k_start = torch.zeros(batch, device=dev, dtype=torch.long)
+    cos32 = torch.rand(batch, 1, 64, device=dev)
+    cos_hf = torch.cat([cos32, cos32], -1)[:, None].to(bf)
+    gate, up = torch.randn(batch, 1, 6144, device=dev, dtype=bf), torch.randn(batch, 1, 6144, device=dev, dtype=bf)
+    reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
+    fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
+    return {
+        "launch floor": {"empty torch op (zero_)": lambda: q_pos.zero_(), "empty Triton kernel": _empty_triton()},
+        "linear 2048x2048": {
+            "stock F.linear": lambda: F.linear(x, w),
+            "fast linear (public)": lambda: fast["linear"](x, w),
+            "fast forward_2d (no wrapper)": lambda: fast_linear.forward_2d(x.view(batch, 2048), w, None),
+        },
+        "rms_norm 2048": {
+            "stock (transformers)": lambda: _stock_rms_norm(x, norm_w),
+            "fast rms_norm (public)": lambda: fast["rms_norm"](x, norm_w, 1e-6),
+            "registered op": lambda: reg["rms_norm"](x, norm_w, 1e-6),
+        },
+        "rotary q": {
+            "stock (rotate_half)": lambda: _stock_rotary(q, cos_hf, cos_hf),
+            "fast rotary (public)": lambda: fast["rotary"](q, cos32, cos32),
+            "registered op": lambda: reg["rotary"](q, cos32, cos32),
+        },
+        "silu_mul 6144": {
+            "stock F.silu(g) * u": lambda: F.silu(gate) * up,
+            "fast silu_mul (public)": lambda: fast["silu_mul"](gate, up),
+            "registered op": lambda: reg["silu_mul"](gate, up),
+        },
+        f"attention decode ({cache} keys)": {
+            "stock SDPA (GQA)": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+            "fast attention (public)": lambda: fast["attention"](q, k, v, q_pos, k_start, validate=False),
+            "fast forward (no wrapper)": lambda: fast_attention.forward(q, k, v, q_pos, k_start, 128**-0.5),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser(__name__, __doc__)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--cache", type=int, default=300)
+    ap.add_argument("--reps", type=int, default=300)
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    if gpu_missing("launch_cost"):
+        return 2
+    record: dict = {"args": vars(args), "environment": environment(), "ops": {}}
+    print(f"{'operator':34} {'contender':32} {'host us':>8} {'device us':>10}")
+    with torch.no_grad():
+        for op, fns in contenders(args.batch, args.cache).items():
+            host = timing.host(fns, args.reps)
+            device = timing.queued(fns, args.reps)
+            record["ops"][op] = {k: {"host_us": host[k] * 1e6, "device_us": device[k] * 1e6} for k in fns}
+            for k, r in record["ops"][op].items():
+                print(f"{op:34} {k:32} {r['host_us']:8.1f} {r['device_us']:10.1f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1)
+    return 0
