@@ -40,6 +40,19 @@ def environment() -> dict[str, Any]:
     }
 
 
+def publish(text: str, record: dict, json_path: str | None, markdown_path: str | None = None) -> None:
+    """Print a benchmark's table, then write its record as JSON and the table as Markdown where asked."""
+    import json
+
+    print(text)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(record, f, indent=1)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(text + "\n")
+
+
 def gpu_missing(name: str) -> bool:
     """True (with the reason on stderr) when no CUDA or ROCm device is present: the benchmark then exits 2."""
     import torch

@@ -20,8 +20,8 @@ import json
 
 import torch
 
-from bench import environment, model_shapes, parser, rollout, timing
-from bench.profile_step import LABEL, device_times, hook_modules
+from bench import environment, model_shapes, parser, publish, rollout, timing
+from bench.profile_step import LABEL, SYNC, device_times, hook_modules
 from bench.rollout_modes import MODES, mode_kwargs
 
 ROWS = (
@@ -34,10 +34,11 @@ ROWS = (
 
 
 def launches(prof) -> int:
-    """Device kernels in the profile (0 without a GPU)."""
+    """Device kernels in the profile, the device's side of host syncs left out (0 without a GPU)."""
     if not timing.gpu():
         return 0
-    return sum(1 for e in prof.events() if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
+    cuda = torch.autograd.DeviceType.CUDA
+    return sum(1 for e in prof.events() if e.device_type == cuda and not SYNC.search(e.name))
 
 
 def host_top(prof, per: int, top: int = 12) -> dict[str, float]:
@@ -113,12 +114,5 @@ def main(argv: list[str] | None = None) -> int:
                 torch.compiler.reset()
             record["runs"][b][tier] = r
             print(f"{b} prompts, {tier}: {json.dumps(r)}", flush=True)
-    text = table(record)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    publish(table(record), record, args.json, args.markdown)
     return 0

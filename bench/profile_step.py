@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 import rl_kernel
-from bench import contenders, environment, model_shapes, parser, timing
+from bench import contenders, environment, model_shapes, parser, publish, timing
 from bench.model_step import fused_scorer, logits_scorer, train_step
 from rl_kernel.integrations import transformers as hf
 
@@ -202,12 +202,5 @@ def main(argv: list[str] | None = None) -> int:
             hf.unpatch(model)
         if timing.gpu():
             torch.cuda.empty_cache()
-    text = table(record)
-    print(text)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=1)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
+    publish(table(record), record, args.json, args.markdown)
     return 0
