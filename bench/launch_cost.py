@@ -6,9 +6,10 @@ An eager decode step launches every layer's operators from Python, so its time i
 work is small (bench.profile_rollout says when). Here, at the Qwen3-1.7B shape's sizes for --batch sequences of one
 token (--cache keys in the cache): for each operator, stock PyTorch (what transformers runs), the tier's public
 operator (argument checks, autograd, the dispatcher) and the bare kernel call under it (the exact tier's registered
-op; the fast tier's launch without its wrapper), plus an empty Triton kernel and an empty torch op (the launch
-paths' floors). Each figure is bench.timing's host time (a sync before each call, none after: the launch path
-alone) and its queued device time, medians of --reps calls.
+op; the fast tier's launch without its wrapper), plus the launch paths' floors: an empty torch op and an empty
+Triton kernel (Triton's launch, and rl_kernel's kept launch, triton_tier.launch). Each figure is bench.timing's
+host time (a sync before each call, none after: the launch path alone) and its queued device time, medians of
+--reps calls.
 """
 
 from __future__ import annotations
@@ -22,17 +23,22 @@ from bench import contenders as C
 from bench import environment, gpu_missing, parser, timing
 
 
-def _empty_triton():
-    """An empty Triton kernel's launch (one program that stores one value)."""
+def _empty_triton() -> dict:
+    """An empty Triton kernel (one program that stores one value): Triton's launch, and rl_kernel's kept launch."""
     import triton
     import triton.language as tl
+
+    from rl_kernel.triton_tier import launch
 
     @triton.jit
     def _store_one(out_ptr):
         tl.store(out_ptr, 1.0)
 
     out = torch.empty(1, device="cuda")
-    return lambda: _store_one[(1,)](out)
+    return {
+        "empty Triton kernel": lambda: _store_one[(1,)](out),
+        "empty Triton kernel, kept launch": lambda: launch(_store_one, (1,), out),
+    }
 
 
 def _stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -69,7 +75,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
     fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
     return {
-        "launch floor": {"empty torch op (zero_)": lambda: q_pos.zero_(), "empty Triton kernel": _empty_triton()},
+        "launch floor": {"empty torch op (zero_)": lambda: q_pos.zero_(), **_empty_triton()},
         "linear 2048x2048": {
             "stock F.linear": lambda: F.linear(x, w),
             "fast linear (public)": lambda: fast["linear"](x, w),

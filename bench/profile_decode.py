@@ -2,10 +2,11 @@
 
     python -m bench profile_decode [--vocab 151936] [--json out.json]
 
-For rl_kernel's token_logprobs (the exact tier's registered op) and a device copy at 1, 16 and 256 rows of
-151936 (bf16), bench.timing's: torch.profiler's device time per kernel, the host time of one call (the launch path
-alone), and one synchronised replay of a CUDA/HIP graph of the call (how a rollout engine that captures its decode
-step in a graph pays for it: no launch path on the host).
+For rl_kernel's token_logprobs (the exact tier's registered op and its public function), stock PyTorch's
+log_softmax + gather and a device copy at 1, 16 and 256 rows of 151936 (bf16), bench.timing's: torch.profiler's
+device time per kernel, the host time of one call (the launch path alone), and one synchronised replay of a
+CUDA/HIP graph of the call (how a rollout engine that captures its decode step in a graph pays for it: no launch
+path on the host).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 
 import torch
 
+import rl_kernel
 from bench import contenders as C
 from bench import environment, gpu_missing, parser, timing
 
@@ -44,7 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     for rows in (1, 16, 256):
         x = (torch.randn(rows, args.vocab, device="cuda") * 2.5).to(torch.bfloat16)
         t = torch.randint(0, args.vocab, (rows,), device="cuda")
-        fns = {"copy": C.copy(x), "rl token_logprobs": lambda v=x, k=t: token_logprobs(v, k, -100)}
+        fns = {
+            "copy": C.copy(x),
+            "stock log_softmax": lambda v=x, k=t: C.stock_token_logprobs(v, k),
+            "rl token_logprobs": lambda v=x, k=t: token_logprobs(v, k, -100),
+            "rl public, no check": lambda v=x, k=t: rl_kernel.token_logprobs(v, k, validate=False),
+        }
         results += [profile(name, fn, rows) for name, fn in fns.items()]
     if args.json:
         with open(args.json, "w") as f:

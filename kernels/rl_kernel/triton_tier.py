@@ -1,6 +1,6 @@
 """What any Triton tier needs, whatever its kernels: the pinned configuration file (a TOML of per-target tables,
-validated by the tier), the target a device compiles for, the argument checks every operator runs first, and
-when the custom op (with its autograd) is needed.
+validated by the tier), the target a device compiles for, the argument checks every operator runs first,
+when the custom op (with its autograd) is needed, and a launch that costs the host less than Triton's own.
 
 A Triton tier's bits depend on every knob that changes the arithmetic (tile sizes, BLOCK_K, the matrix
 instruction, the compiler's fp fusion), so each is pinned per target in the tier's own configs.toml and read
@@ -94,20 +94,6 @@ def target_of(device: torch.device | None = None) -> str:
     return tiers.target_of(device)
 
 
-def compiling() -> bool:
-    """True while torch.compile traces (no host syncs or eager shortcuts then)."""
-    is_compiling = getattr(torch.compiler, "is_compiling", None)
-    return bool(is_compiling and is_compiling())
-
-
-def needs_autograd(*tensors: torch.Tensor | None) -> bool:
-    """The custom op (with its autograd) is needed: tracing, or a gradient may flow. Else the kernels are
-    called directly (the same kernels, the same bits, without the dispatcher's overhead)."""
-    if compiling():
-        return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 # ---- the checks every operator runs first ------------------------------------------------------------------
 def check_tensors(tier: str, op: str, **tensors: torch.Tensor | None) -> torch.device:
     """One device (a GPU, or the CPU under the Triton interpreter) and one bf16/fp16 dtype for the float
@@ -156,3 +142,70 @@ def require_triton(tier: str) -> None:
             f"rl_kernel.{tier} needs Triton (pip install triton==3.6.0 on CUDA; ROCm torch ships its own); "
             "or use tier='exact'"
         ) from exc
+
+
+# ---- the launch ----------------------------------------------------------------------------------------------
+# Triton's `kernel[grid](...)` binds and specializes every argument, builds a cache key string and launch metadata
+# on each call: 40-70 us of host time at decode sizes on the H200 (bench launch_cost), more than the kernel runs.
+# `launch` keeps the CompiledKernel Triton's own launch chose under a key at least as fine as Triton's
+# specialization (each tensor's dtype and 16-byte alignment; each int's i32/i64 range, == 1 and % 16; the
+# constexprs and options by value) and calls its launcher directly next time: the same binary, the same bits.
+_LAUNCHED: dict[tuple, Any] = {}
+
+
+def _spec(v: Any) -> Any:
+    """What Triton's specialization can read from one argument (a finer key than its own is always safe)."""
+    if isinstance(v, torch.Tensor):
+        return v.dtype, v.data_ptr() % 16 == 0
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, int):
+        return v == 1, v % 16 == 0, -(2**31) <= v < 2**31, v < 2**63
+    if isinstance(v, float):
+        return float
+    raise _Uncached  # a tensor descriptor, a tuple, ...: Triton's own launch, every call
+
+
+class _Uncached(Exception):
+    pass
+
+
+def _hooked(kernel: Any) -> bool:
+    """Launch hooks (Proton, a debugger) or the kernel's pre-run hooks need Triton's own launch path."""
+    from triton import knobs
+
+    rt = knobs.runtime
+    return bool(rt.launch_enter_hook.calls or rt.launch_exit_hook.calls or kernel.pre_run_hooks)
+
+
+@functools.cache
+def _stream_of() -> Callable[[int], int]:
+    """Triton's own getter of a device's current stream (torch's raw stream on CUDA and ROCm)."""
+    from triton.runtime.driver import driver
+
+    return driver.active.get_current_stream
+
+
+def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
+    """kernel[grid](*args, **kwargs) for a @triton.jit kernel whose parameters are all given (positionally, then by
+    name), through the kept CompiledKernel when this specialization was launched before. The interpreter, launch
+    hooks and arguments the key cannot describe take Triton's own launch."""
+    if interpreting() or _hooked(kernel):
+        kernel[grid](*args, **kwargs)
+        return
+    try:
+        values = (*args, *(kwargs[n] for n in kernel.arg_names[len(args) :]))
+        device = torch.cuda.current_device()
+        key = (id(kernel), device, tuple(kwargs.items()), *map(_spec, values))
+        compiled = _LAUNCHED.get(key)
+    except (_Uncached, KeyError, TypeError):  # a descriptor, a parameter left to its default, an unhashable option
+        kernel[grid](*args, **kwargs)
+        return
+    if compiled is None:
+        compiled = kernel[grid](*args, **kwargs)  # Triton's launch: compiles or finds the kernel, and runs it
+        _LAUNCHED[key] = compiled.result() if hasattr(compiled, "result") else compiled
+        return
+    g1 = grid[1] if len(grid) > 1 else 1
+    g2 = grid[2] if len(grid) > 2 else 1
+    stream = _stream_of()(device)
+    compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)

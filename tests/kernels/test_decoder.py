@@ -39,6 +39,40 @@ def test_rms_norm_wide_rows_do_not_depend_on_the_batch(hidden: int, device: str)
     assert_bits(full.cpu(), rl_kernel.rms_norm(x.cpu(), w.cpu()), "cpu == this device")
 
 
+# ---------------------------------------------------------------- no-grad calls
+def _decoder_calls(dtype: torch.dtype, device: str, grad: bool) -> dict[str, torch.Tensor]:
+    """Each decoder operator once, its float inputs requiring grad or not."""
+
+    def t(shape, seed, scale=1.0):
+        return rand(shape, dtype, seed, scale).to(device).requires_grad_(grad)
+
+    q, k, v = (t((2, 4, 9, 16), s) for s in (11, 12, 13))
+    q_pos = torch.arange(9, device=device).expand(2, 9).contiguous()
+    cos, sin = rl_kernel.rope_table(q_pos, rl_kernel.rope_inv_freq(16))
+    return {
+        "linear": rl_kernel.linear(t((9, 24), 1), t((8, 24), 2, 0.2), t((8,), 3)),
+        "rms_norm": rl_kernel.rms_norm(t((9, 24), 4), t((24,), 5)),
+        "rotary": rl_kernel.rotary(q, cos, sin),
+        "silu_mul": rl_kernel.silu_mul(t((9, 24), 6), t((9, 24), 7)),
+        "attention": rl_kernel.attention(q, k, v, q_pos, torch.tensor([0, 3], device=device)),
+    }
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_no_grad_calls_give_the_autograd_paths_bits(dtype: torch.dtype, device: str) -> None:
+    """Where no gradient can flow the operators call their kernels directly (a decode step's host time); the
+    output is the autograd path's, bit for bit, and carries no graph."""
+    with_grad = _decoder_calls(dtype, device, grad=True)
+    direct = _decoder_calls(dtype, device, grad=False)
+    with torch.no_grad():
+        no_grad = _decoder_calls(dtype, device, grad=True)
+    for name, out in with_grad.items():
+        assert out.grad_fn is not None, name
+        for path, other in (("inputs without grad", direct[name]), ("torch.no_grad", no_grad[name])):
+            assert other.grad_fn is None, (name, path)
+            assert_bits(other, out.detach(), f"{name}, {path}")
+
+
 # ---------------------------------------------------------------- linear
 @pytest.mark.parametrize("dtype", DTYPES, ids=dname)
 def test_linear_rows_do_not_depend_on_the_batch(dtype: torch.dtype, device: str) -> None:

@@ -20,7 +20,15 @@ import math
 import torch
 
 from rl_kernel._library import ops, register_fake
-from rl_kernel._validate import DTYPES, check_logits, check_same_device, check_same_dtype, check_tensor, compiling
+from rl_kernel._validate import (
+    DTYPES,
+    check_logits,
+    check_same_device,
+    check_same_dtype,
+    check_tensor,
+    compiling,
+    needs_autograd,
+)
 
 FAMILY = "decoder"
 ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder/attention.cuh RL_ATTN_TILE)
@@ -108,6 +116,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     fused multiply-add chain over k = 0 .. K-1 in fp32, + bias[n], rounded to x's dtype. A row of y depends
     on that row of x only (no split-K: the same bits at every batch size). One dtype for all three."""
     _check_like_x(x, weight=weight, bias=bias)
+    if not needs_autograd(x, weight, bias):
+        return ops.linear(x, weight, bias)
     return _Linear.apply(x, weight, bias)
 
 
@@ -140,6 +150,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.
     """Hugging Face's RMSNorm, weight * (x * rsqrt(mean(x^2) + eps)).to(x.dtype), in the exact tier: the
     mean of squares in fp32 by the row's tree, the contract's rsqrt, the same bits on every device."""
     _check_like_x(x, weight=weight)
+    if not needs_autograd(x, weight):
+        return ops.rms_norm(x, weight, float(eps))[0]
     return _RmsNorm.apply(x, weight, float(eps))
 
 
@@ -211,6 +223,8 @@ def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     check_tensor(cos, "cos", torch.float32)
     check_tensor(sin, "sin", torch.float32)
     check_same_device({"x": x, "cos": cos, "sin": sin})
+    if not needs_autograd(x):
+        return ops.rotary(x, cos, sin)
     return _Rotary.apply(x, cos, sin)
 
 
@@ -233,6 +247,8 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     check_tensor(up, "up")
     check_same_device({"gate": gate, "up": up})
     check_same_dtype({"gate": gate, "up": up})
+    if not needs_autograd(gate, up):
+        return ops.silu_mul(gate, up)
     return _SiluMul.apply(gate, up)
 
 
@@ -287,6 +303,8 @@ def attention(
     if validate and not compiling():
         _check_key_ranges(q_pos, k_start, k.shape[2])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    if not needs_autograd(q, k, v):
+        return ops.attention(q, k, v, q_pos, k_start, scale)[0]
     return _Attention.apply(q, k, v, q_pos, k_start, scale)
 
 

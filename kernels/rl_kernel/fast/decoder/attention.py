@@ -22,8 +22,9 @@ import math
 
 import torch
 
+from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.fast.configs import config_for
-from rl_kernel.triton_tier import compiling, needs_autograd, target_of
+from rl_kernel.triton_tier import launch, target_of
 
 try:
     import triton
@@ -350,8 +351,8 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None):
     if out.numel() == 0:
         return out, lse.zero_()
     grid = (triton.cdiv(tq, cfg["block_m"] // g), bsz * hkv)
-    _attn_fwd_kernel[grid](
-        q, k, v, out, lse, q_pos, k_start, scale * LOG2E, tq, tk, hkv,
+    launch(
+        _attn_fwd_kernel, grid, q, k, v, out, lse, q_pos, k_start, scale * LOG2E, tq, tk, hkv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *lse.stride()[:2], q_pos.stride(0),
         G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
@@ -372,16 +373,17 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
     dv = torch.zeros_like(v)
     if q.numel() == 0 or k.numel() == 0:
         return dq.zero_(), dk, dv
-    launch = dict(num_warps=cfg["bwd_num_warps"], num_stages=cfg["bwd_num_stages"], **cfg["launch"])
+    options = dict(num_warps=cfg["bwd_num_warps"], num_stages=cfg["bwd_num_stages"], **cfg["launch"])
     delta = torch.empty((bsz, hq, tq), dtype=torch.float32, device=q.device)
     rows = bsz * hq * tq
-    _bwd_delta_kernel[(triton.cdiv(rows, 32),)](
-        out, dout, delta, rows, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_R=32, num_warps=4, **cfg["launch"]
-    )
-    common = dict(G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=bm, BLOCK_N=bn, **launch)
+    launch(
+        _bwd_delta_kernel, (triton.cdiv(rows, 32),), out, dout, delta, rows, HEAD_D=d, BLOCK_D=cfg["block_d"],
+        BLOCK_R=32, num_warps=4, **cfg["launch"],
+    )  # fmt: skip
+    common = dict(G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=bm, BLOCK_N=bn, **options)
     args = (q_pos, k_start, scale * LOG2E, scale, tq, tk, hkv, hq, q_pos.stride(0))
-    _attn_bwd_dkdv_kernel[(triton.cdiv(tk, bn), bsz * hkv)](q, k, v, dout, lse, delta, dk, dv, *args, **common)
-    _attn_bwd_dq_kernel[(triton.cdiv(tq, bm // g), bsz * hkv)](q, k, v, dout, lse, delta, dq, *args, **common)
+    launch(_attn_bwd_dkdv_kernel, (triton.cdiv(tk, bn), bsz * hkv), q, k, v, dout, lse, delta, dk, dv, *args, **common)
+    launch(_attn_bwd_dq_kernel, (triton.cdiv(tq, bm // g), bsz * hkv), q, k, v, dout, lse, delta, dq, *args, **common)
     return dq, dk, dv
 
 

@@ -18,8 +18,9 @@ import functools
 
 import torch
 
+from rl_kernel._validate import needs_autograd
 from rl_kernel.fast.configs import config_for
-from rl_kernel.triton_tier import needs_autograd, target_of
+from rl_kernel.triton_tier import launch, target_of
 
 try:
     import triton
@@ -188,7 +189,9 @@ def _launch_gemm(
             **cfg["launch"],
         )  # fmt: skip
         return c
-    _gemm_kernel[(tiles,)](
+    launch(
+        _gemm_kernel,
+        (tiles,),
         a,
         b,
         c,
@@ -318,8 +321,17 @@ def colsum(x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     if m == 0:
         return out.zero_()
     block_n = 64
-    _colsum_kernel[(triton.cdiv(n, block_n),)](
-        x.contiguous(), out, m, n, BLOCK_R=32, BLOCK_N=block_n, num_warps=4, **launch_options(x.device)
+    launch(
+        _colsum_kernel,
+        (triton.cdiv(n, block_n),),
+        x.contiguous(),
+        out,
+        m,
+        n,
+        BLOCK_R=32,
+        BLOCK_N=block_n,
+        num_warps=4,
+        **launch_options(x.device),
     )
     return out
 

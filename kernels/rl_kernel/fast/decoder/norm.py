@@ -19,7 +19,7 @@ import torch
 
 from rl_kernel.exact.decoder.ops import rms_norm as exact_rms_norm
 from rl_kernel.fast.decoder.linear import colsum, launch_options
-from rl_kernel.triton_tier import check_tensors, require_triton
+from rl_kernel.triton_tier import check_tensors, launch, require_triton
 
 try:
     import triton
@@ -75,9 +75,9 @@ def rms_norm_grads(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps:
     partials = torch.empty((blocks, h), dtype=torch.float32, device=x.device)
     if m:
         block_h = triton.next_power_of_2(h)
-        _rms_norm_backward_kernel[(blocks,)](
-            x2, weight.contiguous(), dy2, dx, partials, m, h, float(eps), ROWS=ROWS_PER_BLOCK, BLOCK_H=block_h,
-            num_warps=4 if block_h <= 1024 else 8, **launch_options(x.device),
+        launch(
+            _rms_norm_backward_kernel, (blocks,), x2, weight.contiguous(), dy2, dx, partials, m, h, float(eps),
+            ROWS=ROWS_PER_BLOCK, BLOCK_H=block_h, num_warps=4 if block_h <= 1024 else 8, **launch_options(x.device),
         )  # fmt: skip
     return dx.view(x.shape), colsum(partials, weight.dtype)
 

@@ -1,0 +1,124 @@
+"""rl_kernel.triton_tier.launch: a Triton kernel launched through the CompiledKernel Triton's own launch chose, kept
+under a key at least as fine as Triton's specialization. On a machine without a GPU, with a stand-in kernel that
+records which path each launch took: a repeat of one specialization skips Triton's launch and passes every
+parameter in order; any change Triton specializes on (dtype, 16-byte alignment, an int's 1 / % 16 / i32 range, a
+constexpr, an option) goes back through Triton; hooks, the interpreter and tensor descriptors always do."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_kernel import triton_tier
+
+from tooling import require
+
+try:
+    import triton  # noqa: F401
+
+    HAVE_TRITON = True
+except ImportError:
+    HAVE_TRITON = False
+
+
+class Compiled:
+    """A CompiledKernel's launch surface: run(grid0, grid1, grid2, stream, function, metadata, launch_metadata,
+    enter_hook, exit_hook, *every parameter)."""
+
+    function, packed_metadata = "cu-function", "packed"
+
+    def __init__(self) -> None:
+        self.runs: list[tuple] = []
+
+    def run(self, *args) -> None:
+        self.runs.append(args)
+
+
+class Kernel:
+    """A @triton.jit kernel's launch surface: arg_names, pre_run_hooks, kernel[grid](...) returning what it ran."""
+
+    arg_names = ("x", "n", "scale", "BLOCK")
+
+    def __init__(self) -> None:
+        self.pre_run_hooks: list = []
+        self.triton_launches: list[tuple] = []
+        self.compiled = Compiled()
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.triton_launches.append((grid, args, kwargs))
+            return self.compiled
+
+        return run
+
+
+@pytest.fixture
+def kernel(monkeypatch: pytest.MonkeyPatch) -> Kernel:
+    require("triton", HAVE_TRITON)
+    monkeypatch.setattr(triton_tier, "_LAUNCHED", {})
+    monkeypatch.setattr(triton_tier, "interpreting", lambda: False)
+    monkeypatch.setattr(triton_tier, "_stream_of", lambda: lambda device: 777)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    return Kernel()
+
+
+def _launch(kernel: Kernel, x: torch.Tensor, n: int = 64, block: int = 32, num_warps: int = 4) -> None:
+    triton_tier.launch(kernel, (5,), x, n, 0.5, BLOCK=block, num_warps=num_warps)
+
+
+def test_a_repeat_runs_the_kept_kernel_with_every_parameter_in_order(kernel: Kernel) -> None:
+    x = torch.zeros(64)
+    _launch(kernel, x)
+    assert len(kernel.triton_launches) == 1 and kernel.compiled.runs == []
+    _launch(kernel, x)
+    _launch(kernel, x, n=128)  # 128: the same specialization as 64 (% 16, i32, not 1)
+    assert len(kernel.triton_launches) == 1
+    first, second = kernel.compiled.runs
+    assert first == (5, 1, 1, 777, "cu-function", "packed", None, None, None, x, 64, 0.5, 32)
+    assert second[-3] == 128
+
+
+X = torch.zeros(64)
+# (a launch, the same kernel with one thing changed that Triton's specialization sees)
+CHANGES = {
+    "dtype": (dict(x=X), dict(x=X.double())),
+    "misaligned pointer": (dict(x=X), dict(x=X[1:])),
+    "int == 1": (dict(n=17), dict(n=1)),
+    "int a multiple of 16": (dict(n=17), dict(n=32)),
+    "int past int32": (dict(n=17), dict(n=2**31 + 17)),
+    "int past int64": (dict(n=2**31 + 17), dict(n=2**63 + 17)),
+    "constexpr": (dict(block=32), dict(block=64)),
+    "option": (dict(num_warps=4), dict(num_warps=8)),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_what_triton_specializes_on_goes_back_through_triton(kernel: Kernel, change: str) -> None:
+    first, second = CHANGES[change]
+    _launch(kernel, **{"x": X, **first})
+    _launch(kernel, **{"x": X, **second})
+    assert len(kernel.triton_launches) == 2 and kernel.compiled.runs == [], change
+
+
+def test_hooks_the_interpreter_and_descriptors_take_tritons_launch(
+    kernel: Kernel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triton import knobs
+
+    x = torch.zeros(64)
+    kernel.pre_run_hooks.append(lambda *a, **k: None)
+    _launch(kernel, x)
+    _launch(kernel, x)
+    kernel.pre_run_hooks.clear()
+    hook = lambda metadata: None  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        _launch(kernel, x)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    triton_tier.launch(kernel, (5,), object(), 64, 0.5, BLOCK=32, num_warps=4)  # a descriptor: no key
+    triton_tier.launch(kernel, (5,), object(), 64, 0.5, BLOCK=32, num_warps=4)
+    monkeypatch.setattr(triton_tier, "interpreting", lambda: True)
+    _launch(kernel, x)
+    _launch(kernel, x)
+    assert len(kernel.triton_launches) == 7 and kernel.compiled.runs == []
