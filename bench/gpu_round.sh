@@ -23,7 +23,9 @@
 #   fastctl    the fast tier's negative controls through the gate (RL_KERNEL_CONTROL=split-k, BLOCK_K 32)
 #   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), pstep
 #              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench), mbench
-#              (model_step; MODEL=qwen3-8b for the 8B shape), fhead (fused_head), fbench (fast_tier)
+#              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags), fhead (fused_head),
+#              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
+#              RPROF_ARGS its flags)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
 # junitparser and rich travel as wheels in .whl/ (no network there). STEP_TIMEOUT caps each step (default 300 s);
@@ -167,7 +169,13 @@ for s in $steps; do
     profile) step profile-decode python3 -m bench profile_decode --json "$out/profile_decode.json" ;;
     pstep) step profile-step python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" --json "$out/profile_step.json" \
              --markdown "$out/profile_step.md" ;;
-    mbench) step model-bench python3 -m bench model_step --model "${MODEL:-qwen3-1.7b}" --json "$out/model_step.json" ;;
+    mbench) # shellcheck disable=SC2086 # MBENCH_ARGS: flags, split on purpose
+            step "model-bench${MBENCH_TAG:-}" python3 -m bench model_step --model "${MODEL:-qwen3-1.7b}" ${MBENCH_ARGS:-} \
+              --json "$out/model_step${MBENCH_TAG:-}.json" ;;
+    launch) step launch-cost python3 -m bench launch_cost --json "$out/launch_cost.json" ;;
+    rprof) # shellcheck disable=SC2086 # RPROF_ARGS: flags, split on purpose
+           step profile-rollout python3 -m bench profile_rollout ${RPROF_ARGS:-} --json "$out/profile_rollout.json" \
+             --markdown "$out/profile_rollout.md" ;;
     fhead) step fused-head python3 -m bench fused_head --json "$out/fused_head.json" ;;
     fbench) step fast-bench python3 -m bench fast_tier --json "$out/fast.json" ;;
     tune) step tune tune ;;
