@@ -145,36 +145,48 @@ def require_triton(tier: str) -> None:
 
 
 # ---- the launch ----------------------------------------------------------------------------------------------
-# Triton's `kernel[grid](...)` binds and specializes every argument, builds a cache key string and launch metadata
-# on each call: 40-70 us of host time at decode sizes on the H200 (bench launch_cost), more than the kernel runs.
-# `launch` keeps the CompiledKernel Triton's own launch chose under a key at least as fine as Triton's
-# specialization (each tensor's dtype and 16-byte alignment; each int's i32/i64 range, == 1 and % 16; the
-# constexprs and options by value) and calls its launcher directly next time: the same binary, the same bits.
+# Triton's `kernel[grid](...)` binds and specializes every argument, builds a cache key and launch metadata, and its
+# launcher asks the driver about every tensor's pointer (cuPointerGetAttribute) on each call: at decode sizes more
+# host time than the kernel's device time (bench launch_cost). `launch` keeps the CompiledKernel Triton's own launch
+# chose, under a key finer than Triton's specialization (each plain argument's type and value; each tensor's dtype,
+# 16-byte alignment and device; the constexprs and options by value), and calls its launcher directly next time,
+# tensors passed as the pointers Triton read from them: the same binary, the same arguments, the same bits.
 _LAUNCHED: dict[tuple, Any] = {}
-
-
-def _spec(v: Any) -> Any:
-    """What Triton's specialization can read from one argument (a finer key than its own is always safe)."""
-    if isinstance(v, torch.Tensor):
-        return v.dtype, v.data_ptr() % 16 == 0
-    if isinstance(v, bool) or v is None:
-        return v
-    if isinstance(v, int):
-        return v == 1, v % 16 == 0, -(2**31) <= v < 2**31, v < 2**63
-    if isinstance(v, float):
-        return float
-    raise _Uncached  # a tensor descriptor, a tuple, ...: Triton's own launch, every call
+_KEPT = 4096  # kept launches before the table starts over (a key per distinct int argument, e.g. each M)
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 class _Uncached(Exception):
     pass
 
 
-def _hooked(kernel: Any) -> bool:
-    """Launch hooks (Proton, a debugger) or the kernel's pre-run hooks need Triton's own launch path."""
+def _flatten(values: tuple) -> tuple[list, list]:
+    """(the key's part for the arguments, the arguments as the launcher takes them: tensors as device pointers)."""
+    key, flat = [], []
+    for v in values:
+        t = type(v)
+        if t in _PLAIN:
+            key += (t, v)
+            flat.append(v)
+        elif isinstance(v, torch.Tensor):
+            ptr = v.data_ptr()
+            key += (v.dtype, ptr % 16 == 0, v.get_device())
+            flat.append(ptr)
+        else:
+            raise _Uncached  # a tensor descriptor, a tuple, ...: Triton's own launch, every call
+    return key, flat
+
+
+@functools.cache
+def _runtime_knobs() -> Any:
     from triton import knobs
 
-    rt = knobs.runtime
+    return knobs.runtime
+
+
+def _hooked(kernel: Any) -> bool:
+    """Launch hooks (Proton, a debugger) or the kernel's pre-run hooks need Triton's own launch path."""
+    rt = _runtime_knobs()
     return bool(rt.launch_enter_hook.calls or rt.launch_exit_hook.calls or kernel.pre_run_hooks)
 
 
@@ -194,18 +206,20 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
         kernel[grid](*args, **kwargs)
         return
     try:
-        values = (*args, *(kwargs[n] for n in kernel.arg_names[len(args) :]))
+        key, flat = _flatten((*args, *(kwargs[n] for n in kernel.arg_names[len(args) :])))
         device = torch.cuda.current_device()
-        key = (id(kernel), device, tuple(kwargs.items()), *map(_spec, values))
+        key = (id(kernel), device, tuple(kwargs.items()), *key)
         compiled = _LAUNCHED.get(key)
     except (_Uncached, KeyError, TypeError):  # a descriptor, a parameter left to its default, an unhashable option
         kernel[grid](*args, **kwargs)
         return
     if compiled is None:
         compiled = kernel[grid](*args, **kwargs)  # Triton's launch: compiles or finds the kernel, and runs it
+        if len(_LAUNCHED) >= _KEPT:
+            _LAUNCHED.clear()
         _LAUNCHED[key] = compiled.result() if hasattr(compiled, "result") else compiled
         return
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     stream = _stream_of()(device)
-    compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *values)
+    compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *flat)

@@ -1,8 +1,9 @@
 """rl_kernel.triton_tier.launch: a Triton kernel launched through the CompiledKernel Triton's own launch chose, kept
-under a key at least as fine as Triton's specialization. On a machine without a GPU, with a stand-in kernel that
-records which path each launch took: a repeat of one specialization skips Triton's launch and passes every
-parameter in order; any change Triton specializes on (dtype, 16-byte alignment, an int's 1 / % 16 / i32 range, a
-constexpr, an option) goes back through Triton; hooks, the interpreter and tensor descriptors always do."""
+under a key finer than Triton's specialization. On a machine without a GPU, with a stand-in kernel that records
+which path each launch took: a repeat of one launch skips Triton's launch and passes every parameter in order (a
+tensor as its pointer); any change Triton specializes on (dtype, 16-byte alignment, an int's 1 / % 16 / i32 range,
+a bool or float where an int was, a constexpr, an option) goes back through Triton; hooks, the interpreter and
+tensor descriptors always do."""
 
 from __future__ import annotations
 
@@ -71,11 +72,14 @@ def test_a_repeat_runs_the_kept_kernel_with_every_parameter_in_order(kernel: Ker
     _launch(kernel, x)
     assert len(kernel.triton_launches) == 1 and kernel.compiled.runs == []
     _launch(kernel, x)
-    _launch(kernel, x, n=128)  # 128: the same specialization as 64 (% 16, i32, not 1)
     assert len(kernel.triton_launches) == 1
+    _launch(kernel, x, n=128)  # another int value: a key of its own (finer than Triton's), once through Triton
+    _launch(kernel, x, n=128)
+    assert len(kernel.triton_launches) == 2
     first, second = kernel.compiled.runs
-    assert first == (5, 1, 1, 777, "cu-function", "packed", None, None, None, x, 64, 0.5, 32)
-    assert second[-3] == 128
+    # Every parameter in order, constexprs included (as Triton passes them), the tensor as its device pointer.
+    assert first == (5, 1, 1, 777, "cu-function", "packed", None, None, None, x.data_ptr(), 64, 0.5, 32)
+    assert second[-3] == 128 and second[-4] == x.data_ptr()
 
 
 X = torch.zeros(64)
@@ -84,6 +88,8 @@ CHANGES = {
     "dtype": (dict(x=X), dict(x=X.double())),
     "misaligned pointer": (dict(x=X), dict(x=X[1:])),
     "int == 1": (dict(n=17), dict(n=1)),
+    "bool for an int": (dict(n=1), dict(n=True)),
+    "float for an int": (dict(n=1), dict(n=1.0)),
     "int a multiple of 16": (dict(n=17), dict(n=32)),
     "int past int32": (dict(n=17), dict(n=2**31 + 17)),
     "int past int64": (dict(n=2**31 + 17), dict(n=2**63 + 17)),

@@ -36,7 +36,11 @@ def failed(found: dict) -> dict:
 
 def shim() -> None:
     """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
-    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only."""
+    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only. And tl.dot's fp32 sum:
+    the interpreter's np.matmul in float32 runs OpenBLAS, whose order of the K sum depends on the tile's M (its
+    small-matrix kernels), so a row's bits would move with BLOCK_M in the interpreter alone. Here a dot of bf16 /
+    fp16 operands is summed in float64 (exact: each product has at most 22 significant bits) and added to the fp32
+    accumulator with one rounding, so each K step's rounding, the property the tests check, is what shows."""
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter as it
@@ -56,6 +60,11 @@ def shim() -> None:
         return h
 
     def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        return create_dot(self, as_fp32(a), as_fp32(b), d, input_precision, max_num_imprecise_acc)
+        narrow = a.dtype.scalar in (tl.bfloat16, tl.float16) and b.dtype.scalar in (tl.bfloat16, tl.float16)
+        a, b = as_fp32(a), as_fp32(b)
+        if narrow and d.data.dtype == np.float32:
+            exact = np.matmul(a.data.astype(np.float64), b.data.astype(np.float64)) + d.data
+            return it.TensorHandle(exact.astype(np.float32), d.dtype.scalar)
+        return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     it.InterpreterBuilder.create_dot = dot

@@ -463,7 +463,9 @@ def attention(q, k, v, q_pos, k_start, scale: float | None = None, *, validate: 
     scale = d**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"rl_kernel.fast.attention: scale must be finite, got {scale}")
-    q_pos, k_start = q_pos.to(torch.int64).contiguous(), k_start.to(torch.int64).contiguous()
+    if q_pos.dtype != torch.int64 or k_start.dtype != torch.int64:  # a cast only where needed: each is host time
+        q_pos, k_start = q_pos.to(torch.int64), k_start.to(torch.int64)
+    q_pos, k_start = q_pos.contiguous(), k_start.contiguous()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if not needs_autograd(q, k, v):
         return forward(q, k, v, q_pos, k_start, scale)[0]
