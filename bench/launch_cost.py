@@ -104,6 +104,37 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     }
 
 
+def linear_steps(batch: int) -> dict[str, dict]:
+    """The fast linear's host path at a decode size, one step at a time: where its time over F.linear goes."""
+    from rl_kernel import triton_tier
+    from rl_kernel.fast.configs import config_for
+    from rl_kernel.fast.decoder import linear as fast_linear
+
+    dev, bf = "cuda", torch.bfloat16
+    x = torch.randn(batch, 2048, device=dev, dtype=bf)
+    w = torch.randn(2048, 2048, device=dev, dtype=bf) * 0.02
+    c = torch.empty(batch, 2048, device=dev, dtype=bf)
+    cfg = config_for("linear", triton_tier.target_of(x.device), m=batch, n=2048, k=2048)
+    grid = ((batch + cfg["block_m"] - 1) // cfg["block_m"] * (2048 // cfg["block_n"]),)
+    args = (x, w, c, c, batch, 2048, 2048, 2048, 1, 1, 2048, 2048, 1)
+    kw = dict(HAS_BIAS=False, ACCUMULATE=False, EVEN_K=True, BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
+              BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"],
+              num_stages=cfg["num_stages"], **cfg["launch"])  # fmt: skip
+    kernel, target_of, n = fast_linear._gemm_kernel, triton_tier.target_of, 2048
+    values = (*args, *(kw[n] for n in kernel.arg_names[len(args) :]))
+    return {
+        "fast linear, step by step": {
+            "check_tensors": lambda: triton_tier.check_tensors("fast", "linear", x=x, weight=w, bias=None),
+            "target_of + config_for": lambda: config_for("linear", target_of(x.device), m=batch, n=n, k=n),
+            "torch.empty of the output": lambda: torch.empty((batch, 2048), dtype=bf, device=x.device),
+            "the kept launch's key": lambda: triton_tier._flatten(values),
+            "GEMM, Triton's launch": lambda: kernel[grid](*args, **kw),
+            "GEMM, kept launch": lambda: triton_tier.launch(kernel, grid, *args, **kw),
+            "forward_2d": lambda: fast_linear.forward_2d(x, w, None),
+        }
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__)
     ap.add_argument("--batch", type=int, default=32)
@@ -116,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict = {"args": vars(args), "environment": environment(), "ops": {}}
     print(f"{'operator':34} {'contender':32} {'host us':>8} {'device us':>10}")
     with torch.no_grad():
-        for op, fns in contenders(args.batch, args.cache).items():
+        for op, fns in (contenders(args.batch, args.cache) | linear_steps(args.batch)).items():
             host = timing.host(fns, args.reps)
             device = timing.queued(fns, args.reps)
             record["ops"][op] = {k: {"host_us": host[k] * 1e6, "device_us": device[k] * 1e6} for k in fns}

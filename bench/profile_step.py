@@ -31,7 +31,6 @@ from torch import nn
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, publish, timing
 from bench.model_step import fused_scorer, logits_scorer, train_step
-from rl_kernel.integrations import transformers as hf
 
 LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
@@ -141,14 +140,18 @@ def profile(step: Callable[[], None], model: nn.Module, steps: int) -> dict[str,
     return device_times(prof, steps)
 
 
-def contender_steps(model: nn.Module, ids: torch.Tensor) -> dict[str, tuple[str, Callable]]:
-    """name -> (tier, score): stock; the fast tier unfused and through the fused head (exact without a GPU)."""
+def contender_steps(model: nn.Module, ids: torch.Tensor, mode: bool = False) -> dict[str, tuple[str, Callable]]:
+    """name -> (tier, score): stock; the fast tier unfused and through the fused head (exact without a GPU); with
+    mode, also the unpatched model under rl_kernel.mode(tier) (mode-TIER, unfused head)."""
     tier = "fast" if timing.gpu() else "exact"
-    return {
+    steps = {
         "stock": ("stock", logits_scorer(contenders.stock_token_logprobs)),
         f"{tier}": (tier, logits_scorer(rl_kernel.token_logprobs)),
-        f"{tier} fused head": (tier, fused_scorer),
+        f"{tier} fused head": (tier, fused_scorer(tier)),
     }
+    if mode:
+        steps[f"mode-{tier}"] = (f"mode-{tier}", logits_scorer(rl_kernel.token_logprobs))
+    return steps
 
 
 def table(record: dict) -> str:
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-len", type=int, default=1024)
     ap.add_argument("--steps", type=int, default=2, help="profiled steps per contender")
     ap.add_argument("--reps", type=int, default=3, help="synced step timings per contender (median)")
+    ap.add_argument("--mode", action="store_true", help="also the unpatched model under rl_kernel.mode (mode-TIER)")
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args(argv)
@@ -187,19 +191,16 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(1, shape.vocab, (args.train_batch, args.train_len), generator=g).to(device)
     record: dict = {"shape": vars(shape), "env": environment(), "args": vars(args), "families": {}, "step_synced_s": {}}
-    for name, (tier, score) in contender_steps(model, ids).items():
+    for name, (tier, score) in contender_steps(model, ids, args.mode).items():
         model.load_state_dict(initial)
-        if tier != "stock":
-            hf.patch(model, tier=tier)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         step = lambda score=score, opt=opt: train_step(model, ids, opt, score)  # noqa: E731
-        record["families"][name] = profile(step, model, args.steps)
-        record["step_synced_s"][name] = timing.synced({name: step}, args.reps, warmup=1)[name]
+        with model_shapes.in_tier(model, tier):
+            record["families"][name] = profile(step, model, args.steps)
+            record["step_synced_s"][name] = timing.synced({name: step}, args.reps, warmup=1)[name]
         print(f"{name}: step {record['step_synced_s'][name]:.3f} s; {json.dumps(record['families'][name])}", flush=True)
         del opt
-        if tier != "stock":
-            hf.unpatch(model)
         if timing.gpu():
             torch.cuda.empty_cache()
     publish(table(record), record, args.json, args.markdown)

@@ -196,3 +196,17 @@ def test_device_times_counts_kernels_no_op_claims_and_leaves_sync_waits_out(monk
     events = [mm, device("cutlass_gemm_bf16", 10.0), device("_gemm_kernel", 30.0), device("Stream Sync", 500.0)]
     found = profile_step.device_times(SimpleNamespace(events=lambda: events), steps=2)
     assert found == {"linear": (10.0 + 30.0) / 1e3 / 2}, found
+
+
+def test_profile_step_runs_every_contender_on_the_cpu(tmp_path: Path) -> None:
+    """profile_step at the tiny shape with --mode: stock, the exact tier unfused and through its fused head, and the
+    unpatched model under rl_kernel.mode("exact"), each profiled (device times per family) and timed."""
+    out = tmp_path / "step.json"
+    res = run_bench("profile_step", "--model", "tiny", "--train-batch", "2", "--train-len", "12", "--steps", "1",
+                    "--reps", "1", "--mode", "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    names = ("stock", "exact", "exact fused head", "mode-exact")
+    assert tuple(record["families"]) == names and all(record["step_synced_s"][n] > 0 for n in names)
+    families = record["families"]
+    assert families["exact fused head"]["log-prob head"] > 0 and families["mode-exact"]["swiglu"] > 0
