@@ -89,9 +89,14 @@ def target_of(device: torch.device | None = None) -> str:
         return forced
     if interpreting():
         return INTERPRETER_TARGET
-    if device is None or device.type != "cuda":
-        device = torch.device("cuda", torch.cuda.current_device())
-    return tiers.target_of(device)
+    index = device.index if device is not None and device.type == "cuda" else None
+    return _cuda_target(torch.cuda.current_device() if index is None else index)
+
+
+@functools.lru_cache(maxsize=64)
+def _cuda_target(index: int) -> str:
+    """tiers.target_of of a GPU by its index, once per index (it runs on every kernel launch)."""
+    return tiers.target_of(torch.device("cuda", index))
 
 
 # ---- the checks every operator runs first ------------------------------------------------------------------
