@@ -134,19 +134,17 @@ def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
 def tree_sum(x: torch.Tensor) -> torch.Tensor:
     """[..., n] -> [...]: the row's plain sum in section 2's order: chunks of 8 (the last padded with +0) summed
     pairwise, then one perfect binary tree over the chunk index whose nodes past the row are 0 (contract.row_sum).
-    Only elementwise adds, in x's dtype: the same bits on every device, each row alone."""
+    Only elementwise adds, in x's dtype: the same bits on every device, each row alone. The row is padded with +0 to
+    a power of two of chunks once, so each level of the tree is one add of neighbouring pairs (log2(n) kernels on a
+    GPU): a pair with a node past the row adds +0, as the contract's empty node does."""
     n = x.shape[-1]
     if n == 0:
         return x.new_zeros(x.shape[:-1])
-    chunks = -(-n // 8)
-    if 8 * chunks != n:
-        x = torch.nn.functional.pad(x, (0, 8 * chunks - n))
-    v = x.reshape(*x.shape[:-1], chunks, 8)
-    nodes = ((v[..., 0] + v[..., 1]) + (v[..., 2] + v[..., 3])) + ((v[..., 4] + v[..., 5]) + (v[..., 6] + v[..., 7]))
+    width = 8 * (1 << (-(-n // 8) - 1).bit_length())  # 8 x the chunk count rounded up to a power of two
+    nodes = torch.nn.functional.pad(x, (0, width - n)) if width != n else x
     while nodes.shape[-1] > 1:
-        m = nodes.shape[-1]
-        pairs = nodes[..., 0 : m - 1 : 2] + nodes[..., 1:m:2]
-        nodes = torch.cat([pairs, nodes[..., m - 1 :] + 0.0], dim=-1) if m % 2 else pairs  # + the empty node, 0
+        pairs = nodes.unflatten(-1, (-1, 2))
+        nodes = pairs[..., 0] + pairs[..., 1]
     return nodes[..., 0]
 
 

@@ -239,6 +239,20 @@ def test_the_embeddings_weight_gradient_is_the_tiers() -> None:
     assert not bits_equal(stock.grad, ref.grad), "the case must tell the tier's gradient from stock's"
 
 
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 17, 64, 65, 72, 1000, 2049])
+def test_the_tree_is_the_contracts_row_sum_at_every_length(n: int) -> None:
+    """tree_sum == contract.row_sum bit for bit whatever the length: chunk counts odd, even, a power of two or one
+    past it (the padded nodes add +0 as the contract's empty node), a partial last chunk, a row of -0.0."""
+    import numpy as np
+
+    from rl_kernel.exact.common import contract
+
+    x = torch.randn(3, n, generator=torch.Generator().manual_seed(n)) * torch.logspace(-3, 3, n)
+    x[2] = -0.0
+    want = torch.from_numpy(np.array([contract.row_sum(r.numpy()) for r in x], dtype=np.float32))
+    same(M.tree_sum(x), want, f"n={n}")
+
+
 def test_sums_and_means_follow_the_contracts_plain_sum() -> None:
     """A row's sum is contract.row_sum (numerics.md section 2) bit for bit: odd chunk counts, a partial chunk, a row
     of -0.0 (+0.0, as the tree adds the empty node); a mean is that sum / n; a row alone == in the batch."""
