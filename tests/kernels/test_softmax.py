@@ -257,3 +257,20 @@ def test_repeated_backward_identical(vocab: int, dtype: torch.dtype, device: str
         assert first[op].dtype == dtype, op
         assert first[op].shape == x.shape, op
         assert_bits(second[op], first[op], f"{op} gradient, second run")
+
+
+# ---------------------------------------------------------------- the no-grad path
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dname)
+def test_no_grad_calls_give_the_autograd_paths_bits(dtype: torch.dtype, device: str) -> None:
+    """token_logprobs and entropy call their kernel directly where no gradient can flow (a decode step's host
+    time): the same bits as the autograd path, and no graph."""
+    x, t = case(4099, dtype, device)
+    t[1] = IGNORE
+    for name, fn in (("token_logprobs", lambda v: rl_kernel.token_logprobs(v, t)), ("entropy", rl_kernel.entropy)):
+        with_grad = fn(x.detach().requires_grad_(True))
+        assert with_grad.grad_fn is not None, name
+        with torch.no_grad():
+            no_grad = fn(x.detach().requires_grad_(True))
+        for path, out in (("inputs without grad", fn(x.detach())), ("torch.no_grad", no_grad)):
+            assert out.grad_fn is None, (name, path)
+            assert_bits(out, with_grad.detach(), f"{name}, {path}")

@@ -19,6 +19,7 @@ from rl_kernel._validate import (
     check_tensor,
     check_token_range,
     check_tokens,
+    needs_autograd,
 )
 
 FAMILY = "softmax"
@@ -179,7 +180,10 @@ def token_logprobs(
     """
     check_logits(logits)
     tokens = check_tokens(logits, tokens)
-    out = _TokenLogprobs.apply(logits, tokens, int(ignore_index))
+    if needs_autograd(logits):
+        out = _TokenLogprobs.apply(logits, tokens, int(ignore_index))
+    else:  # a rollout's decode step: the same kernel, without autograd.Function's host time
+        out = ops.token_logprobs(logits, tokens, int(ignore_index))[0]
     if validate:
         check_token_range(tokens, logits.shape[-1], ignore_index)
     return out
@@ -201,7 +205,7 @@ class _Entropy(torch.autograd.Function):
 def entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy -sum p log p of softmax(logits) over the last dim, fp32; differentiable."""
     check_logits(logits)
-    return _Entropy.apply(logits)
+    return _Entropy.apply(logits) if needs_autograd(logits) else ops.entropy(logits)[0]
 
 
 def row_stats(logits: torch.Tensor) -> torch.Tensor:
