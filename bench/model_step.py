@@ -1,7 +1,7 @@
 """One RL step of a Hugging Face model: stock, the fast tier and the exact tier side by side, same weights.
 
     python -m bench model_step [--model qwen3-1.7b|qwen3-8b|tiny] [--tiers stock,fast,exact,mode-fast]
-                               [--skip check,rollout] [--layers 28 ...] [--json out.json]
+                               [--skip check,rollout,train] [--layers 28 ...] [--json out.json]
 
 The model (bench.model_shapes, random weights from a seed): by default Qwen3-1.7B's shape, bf16 (28 layers,
 hidden 2048, 16 query / 8 KV heads of 128, MLP 6144, vocabulary 151936); --model qwen3-8b for Qwen3-8B's; the
@@ -129,8 +129,8 @@ def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: to
         print(f"{tier}: rollout {res['rollout']}", flush=True)
     model.train()
     logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
-    heads = {"train": logits_scorer(logprobs)}
-    if tier != "stock":
+    heads = {} if "train" in args.skip else {"train": logits_scorer(logprobs)}
+    if tier != "stock" and "train" not in args.skip:
         heads["train_fused_head"] = fused_scorer(serving)
     for name, score in heads.items():
         if timing.gpu():
@@ -164,14 +164,14 @@ def arguments(argv: list[str] | None):
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     ap.add_argument("--syncs", action="store_true", help="where each stage makes the host wait for the GPU")
-    ap.add_argument("--skip", default="", help="comma-separated stages left out: check, rollout (e.g. a mode's "
+    ap.add_argument("--skip", default="", help="comma-separated stages left out: check, rollout, train (e.g. a mode's "
                     "eager rollout, every aten op through Python dispatch, takes minutes at 1.7B)")  # fmt: skip
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     args.tiers = (args.tiers or ("stock,fast,exact" if timing.gpu() else "stock,exact")).split(",")
     args.skip = [s for s in args.skip.split(",") if s]
-    if unknown := set(args.skip) - {"check", "rollout"}:
-        ap.error(f"--skip takes check and rollout, not {', '.join(sorted(unknown))}")
+    if unknown := set(args.skip) - {"check", "rollout", "train"}:
+        ap.error(f"--skip takes check, rollout and train, not {', '.join(sorted(unknown))}")
     return args
 
 
@@ -193,7 +193,7 @@ def table(record: dict, tiers: list[str]) -> None:
     for tier in tiers:
         r = record[tier]
         times = [r[w]["synced_s"] if w in r else float("nan") for w in STAGES]
-        x = [f" ({r.get(f'{w}_synced_s_over_stock', 1):.2f}x)" for w in STAGES]
+        x = [f" ({r.get(f'{w}_synced_s_over_stock', 1):.2f}x)" if w in r else "" for w in STAGES]
         c = r.get("check", {"logits_differ": "-", "ratios_exactly_one": "-", "tokens": "-"})
         print(f"{tier:6} {times[0]:8.3f}{x[0]:12} {times[1]:8.3f}{x[1]:12} {times[2]:8.3f}{x[2]:21} "
               f"{c['logits_differ']:>10} differ   {c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip

@@ -127,7 +127,7 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
 
 def test_the_rl_step_can_time_the_training_step_alone(tmp_path: Path) -> None:
     """--skip check,rollout: the training steps alone (a mode's eager rollout takes minutes at 1.7B), ratios to
-    stock's training step; an unknown stage is refused by name."""
+    stock's training step; --skip check,train: the rollout alone; an unknown stage is refused by name."""
     out = tmp_path / "step.json"
     sizes = ["--train-batch", "2", "--train-len", "12", "--reps", "1"]
     res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,mode-exact", "--skip", "check,rollout", *sizes,
@@ -137,8 +137,14 @@ def test_the_rl_step_can_time_the_training_step_alone(tmp_path: Path) -> None:
     for tier in ("stock", "mode-exact"):
         assert "check" not in record[tier] and "rollout" not in record[tier] and record[tier]["train"]["synced_s"] > 0
     assert record["mode-exact"]["train_synced_s_over_stock"] > 0 and "rollout_synced_s_over_stock" not in record
+    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact", "--skip", "check,train", *sizes,
+                    "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert not {"train", "train_fused_head"} & set(record["exact"]) and record["exact"]["rollout"]["synced_s"] > 0
+    assert record["exact"]["rollout_synced_s_over_stock"] > 0
     bad = run_bench("model_step", "--model", "tiny", "--skip", "training")
-    assert bad.returncode == 2 and "--skip takes check and rollout, not training" in bad.stderr
+    assert bad.returncode == 2 and "--skip takes check, rollout and train, not training" in bad.stderr
 
 
 @pytest.mark.slow
