@@ -22,7 +22,7 @@
 #   cells      the quick matrix's cells of this target, both tiers, and the digests they recorded
 #   fastctl    the fast tier's negative controls through the gate (RL_KERNEL_CONTROL=split-k, BLOCK_K 32)
 #   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), pstep
-#              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench), mbench
+#              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench, PSTEP_ARGS its flags), mbench
 #              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags), fhead (fused_head),
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
 #              RPROF_ARGS its flags)
@@ -167,8 +167,9 @@ for s in $steps; do
     row) step row python3 -m bench row --json "$out/row.json" ;;
     decoder) step decoder-bench python3 -m bench decoder --json "$out/decoder.json" ;;
     profile) step profile-decode python3 -m bench profile_decode --json "$out/profile_decode.json" ;;
-    pstep) step profile-step python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" --json "$out/profile_step.json" \
-             --markdown "$out/profile_step.md" ;;
+    pstep) # shellcheck disable=SC2086 # PSTEP_ARGS: flags, split on purpose
+           step profile-step python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" ${PSTEP_ARGS:-} \
+             --json "$out/profile_step.json" --markdown "$out/profile_step.md" ;;
     mbench) # shellcheck disable=SC2086 # MBENCH_ARGS: flags, split on purpose
             step "model-bench${MBENCH_TAG:-}" python3 -m bench model_step --model "${MODEL:-qwen3-1.7b}" ${MBENCH_ARGS:-} \
               --json "$out/model_step${MBENCH_TAG:-}.json" ;;

@@ -1,7 +1,8 @@
 """Where an RL training step spends its time: the device time per kernel family, stock against the fast tier.
 
     python -m bench profile_step [--model qwen3-1.7b|qwen3-8b|tiny] [--train-batch 8] [--train-len 1024]
-                                 [--steps 2] [--json out.json] [--markdown out.md]
+                                 [--steps 2] [--mode] [--top 12] [--json out.json]
+                                 [--markdown out.md]
 
 One training step (model_step.train_step: forward over --train-batch x --train-len tokens with autograd, token
 log-probs, the GRPO loss, backward, AdamW) of three contenders on the same weights: stock transformers, the fast tier
@@ -108,27 +109,36 @@ def own_kernels(event) -> Counter:
     return mine
 
 
-def device_times(prof, steps: int) -> dict[str, float]:
+def device_times(prof, steps: int, other: dict[str, float] | None = None) -> dict[str, float]:
     """Milliseconds per step per family: each kernel, once (with the op that launched it), attributed by its name,
-    then by that op's context. Without a GPU, the CPU ops' self time (attributed the same way)."""
+    then by that op's context. Without a GPU, the CPU ops' self time (attributed the same way). `other`, if given,
+    collects the "other" family's milliseconds by kernel and the op that launched it (what the families leave open)."""
     found: dict[str, float] = defaultdict(float)
     unclaimed = Counter()  # every kernel, less those an op claims: a Triton launch outside any op has no parent
+
+    def add(name: str, context: list[str], ms: float) -> None:
+        fam = family(name, context)
+        found[fam] += ms
+        if other is not None and fam == "other":
+            key = f"{name[:60]} <- {' < '.join(context[:3])[:80]}"
+            other[key] = other.get(key, 0.0) + ms
+
     for event in prof.events():
         if timing.gpu():
             if event.device_type == torch.autograd.DeviceType.CUDA and not SYNC.search(event.name):
                 unclaimed[(event.name, event.device_time_total)] += 1
             for (name, duration), count in own_kernels(event).items():
-                found[family(name, context_of(event))] += count * duration / 1e3 / steps
+                add(name, context_of(event), count * duration / 1e3 / steps)
                 unclaimed[(name, duration)] -= count
         elif event.self_cpu_time_total and not event.name.startswith(LABEL):
-            found[family(event.name, context_of(event))] += event.self_cpu_time_total / 1e3 / steps
+            add(event.name, context_of(event), event.self_cpu_time_total / 1e3 / steps)
     for (name, duration), count in unclaimed.items():
         if count > 0:
-            found[family(name, [])] += count * duration / 1e3 / steps
+            add(name, [], count * duration / 1e3 / steps)
     return dict(found)
 
 
-def profile(step: Callable[[], None], model: nn.Module, steps: int) -> dict[str, float]:
+def profile(step: Callable[[], None], model: nn.Module, steps: int, other: dict | None = None) -> dict[str, float]:
     step()  # warm-up (Triton compiles, cuBLAS handles, the allocator)
     timing.sync()
     handles = hook_modules(model)
@@ -137,7 +147,7 @@ def profile(step: Callable[[], None], model: nn.Module, steps: int) -> dict[str,
     finally:
         for h in handles:
             h.remove()
-    return device_times(prof, steps)
+    return device_times(prof, steps, other)
 
 
 def contender_steps(model: nn.Module, ids: torch.Tensor, mode: bool = False) -> dict[str, tuple[str, Callable]]:
@@ -181,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="profiled steps per contender")
     ap.add_argument("--reps", type=int, default=3, help="synced step timings per contender (median)")
     ap.add_argument("--mode", action="store_true", help="also the unpatched model under rl_kernel.mode (mode-TIER)")
+    ap.add_argument("--top", type=int, default=12, help="the largest kernels of the \"other\" family to list")
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args(argv)
@@ -197,7 +208,11 @@ def main(argv: list[str] | None = None) -> int:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
         step = lambda score=score, opt=opt: train_step(model, ids, opt, score)  # noqa: E731
         with model_shapes.in_tier(model, tier):
-            record["families"][name] = profile(step, model, args.steps)
+            other: dict[str, float] = {}
+            record["families"][name] = profile(step, model, args.steps, other)
+            record.setdefault("other_top", {})[name] = dict(sorted(other.items(), key=lambda kv: -kv[1])[: args.top])
+            for where, ms in record["other_top"][name].items():
+                print(f"{name}: other {ms:8.2f} ms  {where}", flush=True)
             record["step_synced_s"][name] = timing.synced({name: step}, args.reps, warmup=1)[name]
         print(f"{name}: step {record['step_synced_s'][name]:.3f} s; {json.dumps(record['families'][name])}", flush=True)
         del opt

@@ -200,9 +200,13 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
                 raise ModeError(f"rl_kernel.mode({t.name!r}): aten::{op} in {x.dtype}: the {t.name} tier has "
                                 f"{', '.join(t.dtypes)}")  # fmt: skip
 
+    # A tier with its own `mm` picks the linear's forward / dX / dW kernel by the operands' layouts (the fast
+    # tier: patch's bits, no transposed copies); else every product is the tier's linear of b's transpose.
+    own_mm = t.op("mm") if "mm" in t.all_operators() else None
+
     def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():  # below autograd: aten's own formulas differentiate the product
-            return linear(a, b.t().contiguous(), bias)
+            return own_mm(a, b, bias) if own_mm else linear(a, b.t().contiguous(), bias)
 
     def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check("mm", a, b)

@@ -261,6 +261,12 @@ def _check_linear() -> dict[str, bool]:
     errs = [((t.grad.double() - r).abs().max() / r.abs().max()).item() for t, r in zip((xg, wg, bg), refs, strict=True)]
     res["autograd dx/dW/db vs float64"] = max(errs) < 0.01
     res["autograd dx == the dX kernel (bits)"] = _same(xg.grad, dx)
+    # the mode's products: fast.mm by layout, each the linear's kernel (fp32 shows the K order: dW reduces over M)
+    res["mm(x, W.t()) (+ bias) == the forward (bits)"] = _same(fast.mm(x, w.t()), fast.linear(x, w)) and _same(
+        fast.mm(x, w.t(), b), y
+    )
+    res["mm(dY, W) == the dX kernel (bits)"] = _same(fast.mm(dy, w), dx)
+    res["mm(dY.t(), X) == the dW kernel (bits)"] = _same(fast.mm(dy.t(), x), dw[0])
     # torch.compile: the op is traced (fake) and the config chosen at run time, per call
     comp = torch.compile(lambda a: fast.linear(a, w, b), backend="aot_eager", dynamic=True, fullgraph=True)
     res["torch.compile == eager (M=1, 300)"] = _same(comp(x[:1]), y[:1]) and _same(comp(x), y)

@@ -156,6 +156,51 @@ def test_the_fast_mode_serves_fp32_by_the_exact_tier() -> None:
         same(got, torch.mm(x[0], w.t()), "fp32 under the fast mode: the exact tier's product")
 
 
+@pytest.mark.parametrize("bias", [False, True], ids=["no bias", "bias"])
+@pytest.mark.parametrize("shape", [(2, 9, 300), (5, 300)], ids=["3-d", "2-d"])
+def test_autograds_products_of_a_linear_have_the_forward_dx_and_dw_layouts(shape, bias: bool) -> None:
+    """fast.mm picks the linear's kernel by its operands' layouts (mm_form): F.linear's forward and the two products
+    its backward makes (aten's mm backward keeps W.t()'s layout) are one of each form, so under the mode they are
+    fast.linear's forward, dX and dW kernels (the GPU test below checks the bits)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from rl_kernel.fast.decoder.linear import mm_form
+
+    forms = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__ in ("mm.default", "addmm.default"):
+                forms.append(mm_form(*args[-2:]))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randn(*shape, requires_grad=True)
+    w, b = torch.randn(70, 300, requires_grad=True), torch.randn(70, requires_grad=True) if bias else None
+    with Record():
+        y = F.linear(x, w, b)
+        y.backward(torch.randn_like(y))
+    assert forms[0] == "forward" and sorted(forms[1:]) == ["dw", "dx"], forms
+    assert mm_form(torch.ones(4, 3), torch.ones(3, 5)) == "dx", "two row-major operands: dY @ W"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias", [False, True], ids=["no bias", "bias"])
+def test_linear_under_the_fast_mode_is_the_fast_linear_forward_and_backward(bias: bool) -> None:
+    """The fast tier's mode: F.linear's forward, dX and dW have rl_kernel.fast.linear's bits (patch's), at an M on
+    each side of the sm_90 buckets."""
+    for m in (9, 300):
+        g = torch.Generator().manual_seed(m)
+        x = torch.randn(m, 256, generator=g).bfloat16().cuda()
+        w = (torch.randn(192, 256, generator=g) * 0.1).bfloat16().cuda()
+        b = torch.randn(192, generator=g).bfloat16().cuda() if bias else None
+        dy = torch.randn(m, 192, generator=g).bfloat16().cuda()
+        want = linear_grads(lambda a, c: rl_kernel.fast.linear(a, c, b), x, w, dy)
+        with rl_kernel.mode("fast"):
+            got = linear_grads(lambda a, c: F.linear(a, c, b), x, w, dy)
+        for name, a, c in zip(("y", "dx", "dW"), got, want, strict=True):
+            same(a, c, f"M={m} {name}")
+
+
 def qkv(dtype: torch.dtype = torch.float32, b: int = 3, t: int = 11):
     g = torch.Generator().manual_seed(4)
     q = torch.randn(b, 4, t, 16, generator=g).to(dtype)

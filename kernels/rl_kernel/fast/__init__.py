@@ -23,7 +23,7 @@ from rl_kernel.fast.decoder.norm import rms_norm
 from rl_kernel.triton_tier import check_tensors, require_triton
 
 TIER = "fast"
-OPERATORS = ("attention", "linear", "rms_norm")
+OPERATORS = ("attention", "linear", "mm", "rms_norm")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -33,6 +33,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     check_tensors(TIER, "linear", x=x, weight=weight, bias=bias)
     require_triton(TIER)
     return linear_kernels.linear(x, weight, bias)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a [M, K] @ b [K, N] (+ bias [N]) for rl_kernel.mode: the fast linear's forward, dX or dW kernel, chosen by the
+    operands' layouts (linear_kernels.mm_form), so the products autograd makes of F.linear have fast.linear's bits.
+    No autograd of its own (the mode serves it below autograd)."""
+    check_tensors(TIER, "mm", a=a, b=b, bias=bias)
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"rl_kernel.fast.mm: a [M, K] @ b [K, N], got {tuple(a.shape)} @ {tuple(b.shape)}")
+    if bias is not None and tuple(bias.shape) != (b.shape[1],):
+        raise ValueError(f"rl_kernel.fast.mm: bias must be [{b.shape[1]}], got {tuple(bias.shape)}")
+    require_triton(TIER)
+    return linear_kernels.mm(a, b, bias)
 
 
 def attention(
@@ -55,4 +68,4 @@ def attention(
     return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate)
 
 
-__all__ = ["OPERATORS", "attention", "attention_kernels", "linear", "linear_kernels", "rms_norm"]
+__all__ = ["OPERATORS", "attention", "attention_kernels", "linear", "linear_kernels", "mm", "rms_norm"]

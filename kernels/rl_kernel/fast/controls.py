@@ -18,3 +18,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     low = linear_kernels.linear(x[..., :half], weight[:, :half], None)
     high = linear_kernels.linear(x[..., half:], weight[:, half:], bias)
     return (low.float() + high.float()).to(x.dtype)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The mode's products (rl_kernel.fast.mm) through the split linear, so the control reaches rl_kernel.mode too."""
+    return linear(a, b.t(), bias)

@@ -303,6 +303,32 @@ def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> tor
     return _launch_gemm(a, (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
 
 
+def _transposed(t: torch.Tensor) -> bool:
+    """A column-major 2-D view: the transpose of a row-major tensor (as W.t() and dY.t() reach aten::mm)."""
+    return not t.is_contiguous() and t.t().is_contiguous()
+
+
+def mm_form(a: torch.Tensor, b: torch.Tensor) -> str:
+    """Which of a linear's three products a @ b is, by the layouts autograd gives them (aten's mm backward keeps a
+    transposed operand's layout): "forward" y = x W^T (b = W.t()), "dw" dW = dY^T X (a = dY.t()), else "dx"
+    dX = dY W (b row-major)."""
+    if _transposed(b):
+        return "forward"
+    return "dw" if _transposed(a) else "dx"
+
+
+def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """a [M, K] @ b [K, N] (+ bias [N]) by the kernel of its form (mm_form): the linear's forward, dX or dW kernel
+    with its own configs, so that a product autograd makes of F.linear has rl_kernel.fast.linear's bits, and no
+    operand is copied to another layout. A bias goes with the forward (a's rows, b transposed if it is not)."""
+    form = "forward" if bias is not None else mm_form(a, b)
+    if form == "forward":
+        return forward_2d(a.contiguous(), b.t().contiguous(), bias)
+    if form == "dw":
+        return grad_w_2d(a.t(), b.contiguous())
+    return grad_x_2d(a.contiguous(), b.contiguous())
+
+
 def grad_b_2d(dy: torch.Tensor) -> torch.Tensor:
     return colsum(dy, dy.dtype)
 
