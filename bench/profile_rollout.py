@@ -21,7 +21,7 @@ import json
 import torch
 
 from bench import environment, model_shapes, parser, publish, rollout, timing
-from bench.profile_step import LABEL, SYNC, device_times, hook_modules
+from bench.profile_step import LABEL, device_times, hook_modules, is_kernel
 from bench.rollout_modes import MODES, mode_kwargs
 
 ROWS = (
@@ -37,8 +37,7 @@ def launches(prof) -> int:
     """Device kernels in the profile, the device's side of host syncs left out (0 without a GPU)."""
     if not timing.gpu():
         return 0
-    cuda = torch.autograd.DeviceType.CUDA
-    return sum(1 for e in prof.events() if e.device_type == cuda and not SYNC.search(e.name))
+    return sum(1 for e in prof.events() if is_kernel(e))
 
 
 def host_top(prof, per: int, top: int = 12) -> dict[str, float]:

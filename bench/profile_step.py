@@ -61,6 +61,16 @@ SYNC = re.compile(r"\bSync\b")  # the device's side of a host sync (Context / St
 HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary"  # model module classes whose forward opens a range
 
 
+def is_kernel(event) -> bool:
+    """A device event that is a kernel or a copy: not the device's side of a host sync, nor a profiler range's
+    shadow on the device's timeline (torch.profiler puts each record_function range there as a
+    gpu_user_annotation, spanning the kernels it holds: counted as a kernel, the hooked modules' ranges would count
+    their time twice)."""
+    return event.device_type == torch.autograd.DeviceType.CUDA and not (
+        SYNC.search(event.name) or event.name.startswith(LABEL)
+    )
+
+
 def family(kernel: str, context: list[str]) -> str:
     for name, pattern in BY_KERNEL:
         if re.search(pattern, kernel, re.I):
@@ -125,7 +135,7 @@ def device_times(prof, steps: int, other: dict[str, float] | None = None) -> dic
 
     for event in prof.events():
         if timing.gpu():
-            if event.device_type == torch.autograd.DeviceType.CUDA and not SYNC.search(event.name):
+            if is_kernel(event):
                 unclaimed[(event.name, event.device_time_total)] += 1
             for (name, duration), count in own_kernels(event).items():
                 add(name, context_of(event), count * duration / 1e3 / steps)
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="profiled steps per contender")
     ap.add_argument("--reps", type=int, default=3, help="synced step timings per contender (median)")
     ap.add_argument("--mode", action="store_true", help="also the unpatched model under rl_kernel.mode (mode-TIER)")
-    ap.add_argument("--top", type=int, default=12, help="the largest kernels of the \"other\" family to list")
+    ap.add_argument("--top", type=int, default=12, help='the largest kernels of the "other" family to list')
     ap.add_argument("--json")
     ap.add_argument("--markdown")
     args = ap.parse_args(argv)

@@ -194,9 +194,9 @@ def test_linear_under_the_fast_mode_is_the_fast_linear_forward_and_backward(bias
         w = (torch.randn(192, 256, generator=g) * 0.1).bfloat16().cuda()
         b = torch.randn(192, generator=g).bfloat16().cuda() if bias else None
         dy = torch.randn(m, 192, generator=g).bfloat16().cuda()
-        want = linear_grads(lambda a, c: rl_kernel.fast.linear(a, c, b), x, w, dy)
+        want = linear_grads(lambda a, c, b=b: rl_kernel.fast.linear(a, c, b), x, w, dy)
         with rl_kernel.mode("fast"):
-            got = linear_grads(lambda a, c: F.linear(a, c, b), x, w, dy)
+            got = linear_grads(lambda a, c, b=b: F.linear(a, c, b), x, w, dy)
         for name, a, c in zip(("y", "dx", "dW"), got, want, strict=True):
             same(a, c, f"M={m} {name}")
 
