@@ -181,7 +181,7 @@ def test_profile_rollout_attributes_a_generate_on_the_cpu(tmp_path: Path) -> Non
 def test_device_times_counts_kernels_no_op_claims_and_leaves_sync_waits_out(monkeypatch) -> None:
     """profile_step.device_times on a GPU profile: a kernel an op launched counts once, with the op; a Triton kernel
     launched outside any torch op (no op lists it) still counts, by its name; the device's side of a host sync
-    (Stream Sync) is a wait, not a kernel."""
+    (Stream Sync) is a wait, and a hooked module's profiler range on the device's timeline a span, not a kernel."""
     from types import SimpleNamespace
 
     import torch
@@ -199,9 +199,12 @@ def test_device_times_counts_kernels_no_op_claims_and_leaves_sync_waits_out(monk
     kernel = SimpleNamespace(name="cutlass_gemm_bf16", duration=10.0)
     mm = SimpleNamespace(name="aten::mm", device_type=cpu, device_time_total=10.0, kernels=[kernel], cpu_children=[],
                          cpu_parent=None)  # fmt: skip
-    events = [mm, device("cutlass_gemm_bf16", 10.0), device("_gemm_kernel", 30.0), device("Stream Sync", 500.0)]
-    found = profile_step.device_times(SimpleNamespace(events=lambda: events), steps=2)
+    events = [mm, device("cutlass_gemm_bf16", 10.0), device("_gemm_kernel", 30.0), device("Stream Sync", 500.0),
+              device(profile_step.LABEL + "Qwen3MLP", 700.0)]  # fmt: skip
+    other: dict[str, float] = {}
+    found = profile_step.device_times(SimpleNamespace(events=lambda: events), steps=2, other=other)
     assert found == {"linear": (10.0 + 30.0) / 1e3 / 2}, found
+    assert other == {}, "a module range's shadow on the device timeline is not a kernel"
 
 
 def test_profile_step_runs_every_contender_on_the_cpu(tmp_path: Path) -> None:
