@@ -12,12 +12,14 @@ of the process (the dispatcher is process-wide), on the devices the tier has ker
 Served now (SERVED): the matrix products (`mm`, `addmm` with beta = alpha = 1 and a bias over the columns, `bmm`;
 `linear` and `matmul` decompose into them), `_log_softmax` with its backward, `_softmax` (over a row's nonzero
 terms) with its backward, `scaled_dot_product_attention` as the tier's `attention` where the mask is a key range per
-row (key_ranges), and the embedding's weight gradient (`embedding_dense_backward`) as the tier's fixed-order sum;
+row (key_ranges), `rms_norm` (F.rms_norm, nn.RMSNorm) as the tier's fused `rms_norm` with its own backward, and the
+embedding's weight gradient (`embedding_dense_backward`) as the tier's fixed-order sum;
 and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as numerics.md section
 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and `index_add` one add at a
 time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree. `_grouped_mm` is
-refused by name. An mm is the tier's `linear` of the second operand's transpose, so `F.linear` under the mode gives
-`rl_kernel.linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
+refused by name. An mm is the tier's `linear` of the second operand's transpose (or the tier's own `mm`, the fast
+tier's: its linear's forward, dX or dW kernel by the operands' layouts), so `F.linear` under the mode gives the tier's
+`linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
 patch's products in the same order). A dtype the tier lacks is served by its fallback tier's kernels (the fast
 tier's fp32 by the exact tier's); what no tier serves raises a ModeError naming the form (a scaled addmm, float64, a
 device the tier lacks), never stock.
@@ -65,8 +67,8 @@ __all__ = ["SERVED", "Audit", "ModeError", "active", "audit", "disable", "enable
 SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
           "scaled_dot_product_attention", "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim",
           "topk", "index_add", "index_add_", "_grouped_mm", "native_layer_norm",
-          "native_layer_norm_backward", "logsumexp")  # fmt: skip
-ABOVE_AUTOGRAD = {"scaled_dot_product_attention"}  # composites: served with the tier's own autograd
+          "native_layer_norm_backward", "logsumexp", "rms_norm")  # fmt: skip
+ABOVE_AUTOGRAD = {"scaled_dot_product_attention", "rms_norm"}  # composites: served with the tier's own autograd
 # Defined in torch's own elementwise operators (the contract's tree, a stable order, one add at a time): any device.
 EVERY_DEVICE = {
     "sum",
@@ -270,6 +272,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
               "_grouped_mm": _grouped_mm_refused(t), "native_layer_norm": layer_norm,
               "native_layer_norm_backward": layer_norm_backward, "logsumexp": logsumexp,
               "scaled_dot_product_attention": _sdpa_server(t, check),
+              "rms_norm": _rms_norm_server(t, check),
               "embedding_dense_backward": embedding_dense_backward,
               "sum": lambda x, *, dtype=None: reduce(x, None, False, dtype, mean=False),
               "sum.dim_IntList": lambda x, dim, keepdim=False, *, dtype=None: reduce(x, dim, keepdim, dtype, False),
@@ -306,6 +309,27 @@ def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
         return attention(q, k, v, q_pos, k_start, scale)
 
     return sdpa
+
+
+# ---- RMSNorm: F.rms_norm / nn.RMSNorm (torchtitan's, an engine's) is a composite too; torch's formula is the tier's
+# (x * rsqrt(mean(x^2) + eps)) in fp32, rounded to x's dtype, times the weight in x's dtype), so the tier's fused
+# kernel and its own backward serve it. A hand-written RMSNorm (Hugging Face's) reaches the mode as its ops instead.
+def _rms_norm_server(t: tiers.Tier, check: Callable) -> Callable:
+    rms_norm = t.op("rms_norm")
+
+    def serve(x, normalized_shape, weight=None, eps=None):
+        check("rms_norm", x)
+        if len(normalized_shape) != 1 or normalized_shape[0] != x.shape[-1]:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): rms_norm over {list(normalized_shape)} of a "
+                            f"{tuple(x.shape)} input: the tier normalises the last dimension only")  # fmt: skip
+        if weight is None:
+            weight = x.new_ones(x.shape[-1])  # times 1: exact
+        elif weight.dtype != x.dtype:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): rms_norm of {x.dtype} with a {weight.dtype} weight: the "
+                            "tier multiplies in the input's dtype (keep the norm's weight in it)")  # fmt: skip
+        return rms_norm(x, weight, torch.finfo(x.dtype).eps if eps is None else eps)
+
+    return serve
 
 
 def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:

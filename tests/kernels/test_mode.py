@@ -5,6 +5,7 @@ still leaves to stock."""
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -199,6 +200,57 @@ def test_linear_under_the_fast_mode_is_the_fast_linear_forward_and_backward(bias
             got = linear_grads(lambda a, c, b=b: F.linear(a, c, b), x, w, dy)
         for name, a, c in zip(("y", "dx", "dW"), got, want, strict=True):
             same(a, c, f"M={m} {name}")
+
+
+def norm_grads(fn, x, w, dy):
+    leaves = [x.clone().requires_grad_()] + ([w.clone().requires_grad_()] if w is not None else [])
+    y = fn(*leaves)
+    y.backward(dy)
+    return y, *(t.grad for t in leaves)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_is_the_tiers_fused_rms_norm_forward_and_backward(dtype) -> None:
+    """F.rms_norm and nn.RMSNorm (eps None: the dtype's epsilon; no weight: times 1) under the mode are the tier's
+    rms_norm, forward, dX and dW; stock's differs on the same case (the check can fail)."""
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(6, 7, 1000, generator=g).to(dtype) * 3, (1 + torch.randn(1000, generator=g) * 0.1).to(dtype)
+    dy = torch.randn(6, 7, 1000, generator=g).to(dtype)
+    want = norm_grads(lambda a, b: rl_kernel.rms_norm(a, b, 1e-5), x, w, dy)
+    stock = norm_grads(lambda a, b: F.rms_norm(a, (1000,), b, 1e-5), x, w, dy)
+    assert any(not bits_equal(a, b) for a, b in zip(stock, want, strict=True)), "stock must differ somewhere"
+    with rl_kernel.mode("exact"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # served above autograd: no "autograd kernel was not registered" warning
+        got = norm_grads(lambda a, b: F.rms_norm(a, (1000,), b, 1e-5), x, w, dy)
+        module = torch.nn.RMSNorm(1000, dtype=dtype)
+        by_module = module(x)
+        unweighted = F.rms_norm(x, (1000,))
+    for name, a, b in zip(("y", "dx", "dW"), got, want, strict=True):
+        same(a, b, f"{dtype} {name}")
+    eps = torch.finfo(dtype).eps
+    same(by_module, rl_kernel.rms_norm(x, module.weight.detach(), eps), "nn.RMSNorm")
+    same(unweighted, rl_kernel.rms_norm(x, torch.ones(1000, dtype=dtype), eps), "no weight")
+
+
+@pytest.mark.gpu
+def test_rms_norm_under_the_fast_mode_is_the_fast_rms_norm() -> None:
+    g = torch.Generator().manual_seed(6)
+    x, dy = (torch.randn(300, 2048, generator=g).bfloat16().cuda() for _ in range(2))
+    w = (1 + torch.randn(2048, generator=g) * 0.1).bfloat16().cuda()
+    want = norm_grads(lambda a, b: rl_kernel.fast.rms_norm(a, b, 1e-6), x, w, dy)
+    with rl_kernel.mode("fast"):
+        got = norm_grads(lambda a, b: F.rms_norm(a, (2048,), b, 1e-6), x, w, dy)
+    for name, a, b in zip(("y", "dx", "dW"), got, want, strict=True):
+        same(a, b, f"fast {name}")
+
+
+def test_an_rms_norm_the_tier_cannot_state_is_refused_by_name() -> None:
+    x = torch.randn(3, 4, 8)
+    with M.mode("exact"):
+        with pytest.raises(M.ModeError, match=r"rms_norm over \[4, 8\] of a \(3, 4, 8\) input"):
+            F.rms_norm(x, (4, 8))
+        with pytest.raises(M.ModeError, match=r"rms_norm of torch.bfloat16 with a torch.float32 weight"):
+            F.rms_norm(x.bfloat16(), (8,), torch.ones(8))
 
 
 def qkv(dtype: torch.dtype = torch.float32, b: int = 3, t: int = 11):
