@@ -92,9 +92,9 @@ def layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, out
         dx = dx.reshape(x.shape).to(x.dtype)
     flat = dy.reshape(-1, n)
     if output_mask[1] and weight is not None:
-        dw = tree_sum((flat * xhat.reshape(-1, n)).t()).reshape(weight.shape).to(weight.dtype)
+        dw = tree_sum(flat * xhat.reshape(-1, n), 0).reshape(weight.shape).to(weight.dtype)
     if output_mask[2] and bias is not None:
-        db = tree_sum(flat.t()).reshape(bias.shape).to(bias.dtype)
+        db = tree_sum(flat, 0).reshape(bias.shape).to(bias.dtype)
     return dx, dw, db
 
 
@@ -131,21 +131,33 @@ def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
 
 
 # ---- sums and means: numerics.md section 2's tree (the plain sum), in elementwise adds every device does alike ----
-def tree_sum(x: torch.Tensor) -> torch.Tensor:
-    """[..., n] -> [...]: the row's plain sum in section 2's order: chunks of 8 (the last padded with +0) summed
+def tree_sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """x's sums over `dim` (the last or the first) in section 2's order: chunks of 8 (the last padded with +0) summed
     pairwise, then one perfect binary tree over the chunk index whose nodes past the row are 0 (contract.row_sum).
     Only elementwise adds, in x's dtype: the same bits on every device, each row alone. The row is padded with +0 to
     a power of two of chunks once, so each level of the tree is one add of neighbouring pairs (log2(n) kernels on a
-    GPU): a pair with a node past the row adds +0, as the contract's empty node does."""
-    n = x.shape[-1]
+    GPU): a pair with a node past the row adds +0, as the contract's empty node does. Over the first dim (a weight's
+    gradient summed over the tokens) the pairs are whole rows: the same adds, contiguous and without a transpose."""
+    if dim not in (0, -1, x.dim() - 1):
+        raise ValueError(f"tree_sum: dim must be the first or the last, got {dim} of a {x.dim()}-d tensor")
+    first = dim == 0 and x.dim() > 1
+    n = x.shape[0] if first else x.shape[-1]
     if n == 0:
-        return x.new_zeros(x.shape[:-1])
+        return x.new_zeros(x.shape[1:] if first else x.shape[:-1])
     width = 8 * (1 << (-(-n // 8) - 1).bit_length())  # 8 x the chunk count rounded up to a power of two
-    nodes = torch.nn.functional.pad(x, (0, width - n)) if width != n else x
-    while nodes.shape[-1] > 1:
-        pairs = nodes.unflatten(-1, (-1, 2))
-        nodes = pairs[..., 0] + pairs[..., 1]
-    return nodes[..., 0]
+    if width != n and first:
+        x = torch.cat([x, x.new_zeros((width - n, *x.shape[1:]))])
+    elif width != n:
+        x = torch.nn.functional.pad(x, (0, width - n))
+    nodes = x
+    while (nodes.shape[0] if first else nodes.shape[-1]) > 1:
+        if first:
+            pairs = nodes.unflatten(0, (-1, 2))
+            nodes = pairs[:, 0] + pairs[:, 1]
+        else:
+            pairs = nodes.unflatten(-1, (-1, 2))
+            nodes = pairs[..., 0] + pairs[..., 1]
+    return nodes[0] if first else nodes[..., 0]
 
 
 def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
@@ -161,10 +173,14 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
     acc = torch.float64 if torch.float64 in (x.dtype, dtype) else torch.float32 if floating or mean else torch.int64
     dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
     kept = [d for d in range(x.dim()) if d not in dims]
-    rows = x.to(acc).permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x.to(acc)[None]
-    out = tree_sum(rows)
+    if kept and dims == list(range(len(dims))):  # the leading dims (a weight's gradient over the tokens): no transpose
+        rows = x.to(acc).reshape(-1, *[x.shape[d] for d in kept])
+        out, count = tree_sum(rows, 0), rows.shape[0]
+    else:
+        rows = x.to(acc).permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x.to(acc)[None]
+        out, count = tree_sum(rows), rows.shape[-1]
     if mean:
-        out = out / rows.shape[-1]
+        out = out / count
     if keepdim:
         for d in dims:
             out = out.unsqueeze(d)

@@ -348,6 +348,8 @@ def test_the_tree_is_the_contracts_row_sum_at_every_length(n: int) -> None:
     x[2] = -0.0
     want = torch.from_numpy(np.array([contract.row_sum(r.numpy()) for r in x], dtype=np.float32))
     same(M.tree_sum(x), want, f"n={n}")
+    same(M.tree_sum(x.t().contiguous(), 0), want, f"n={n}, over the first dim")
+    same(M.tree_sum(x.t().contiguous().unsqueeze(-1), 0), want.unsqueeze(-1), f"n={n}, over the first of three dims")
 
 
 def test_sums_and_means_follow_the_contracts_plain_sum() -> None:
@@ -365,6 +367,7 @@ def test_sums_and_means_follow_the_contracts_plain_sum() -> None:
         got, mean, alone = x.sum(-1), x.mean(-1), x[2:3].sum(-1)
         bf = x.bfloat16().sum(-1, dtype=torch.float32)
         whole, kept = x.sum(), x.sum((0, 1), keepdim=True)
+        columns = x.t().reshape(173, 1, 5).sum((0, 1))  # the leading dims: a weight's gradient over the tokens
         ints = torch.arange(10).reshape(2, 5).sum(1)
     same(got, want, "sum over the last dim")
     same(mean, want / 173, "mean")
@@ -372,6 +375,7 @@ def test_sums_and_means_follow_the_contracts_plain_sum() -> None:
     same(bf, torch.from_numpy(np.array([contract.row_sum(r.float().numpy()) for r in x.bfloat16()], np.float32)),
          "bf16 summed in fp32")  # fmt: skip
     same(whole, kept.view(()), "every dim, keepdim")
+    same(columns, want, "over the leading dims: each column's tree")
     same(whole, torch.tensor(contract.row_sum(x.reshape(-1).numpy())), "every dim: the row-major elements' tree")
     assert ints.tolist() == [10, 35] and ints.dtype == torch.int64
     assert not bits_equal(x.sum(-1), got), "the case must tell the tree from stock's sum"
