@@ -164,6 +164,11 @@ def _model_forward(original: Callable) -> Callable:
             raise ValueError("rl_kernel: the patched model needs input_ids or inputs_embeds")
         b, t = ref.shape[:2]
         cache = args_.get("cache", args_.get("past_key_values"))
+        if type(cache).__name__ == "PagedAttentionCache":  # continuous batching: its own positions (integrations.paged)
+            for name in ("input_ids", "position_ids"):  # the engine's int32 ids: the tier's embedding takes int64
+                if args_.get(name) is not None:
+                    args_[name] = args_[name].long()
+            return original(**args_)
         mask, past = key_mask(args_.get("attention_mask"), b, t, cache, ref.device, args_.get("cache_position"))
         pos, q_pos, k_start = positions(mask, past, t)
         given = args_.get("position_ids")
@@ -254,6 +259,9 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     # cache's slots: one shape for every decode step, which a compiled forward (CUDA graphs) needs.
     model.create_masks_for_generate = generation.slot_mask
     model.get_compiled_call = functools.partial(generation.compiled_call, model)
+    from rl_kernel.integrations import paged  # it imports this module
+
+    model.generate_batch = functools.partial(paged.generate_batch, model)  # continuous batching, the tier's attention
     return model
 
 
@@ -269,7 +277,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_rl_inv_freq", None)
             module.__dict__.pop("_rl_inv_freq_on", None)
     del state["base"].forward
-    for name in ("create_masks_for_generate", "get_compiled_call", "_rl_compiled"):
+    for name in ("create_masks_for_generate", "get_compiled_call", "_rl_compiled", "generate_batch"):
         model.__dict__.pop(name, None)
     model.config._attn_implementation = state["attn"]
     delattr(model, _STATE)
@@ -278,6 +286,14 @@ def unpatch(model: nn.Module) -> nn.Module:
 
 def is_patched(model: nn.Module) -> bool:
     return hasattr(model, _STATE)
+
+
+def layers_of(model: nn.Module) -> Any:
+    """The operators of the tier a patched model runs in (its descriptor's namespace)."""
+    tier = tier_of(model)
+    if tier is None:
+        raise ValueError("rl_kernel: this model is not patched")
+    return tiers.get(tier).namespace()
 
 
 def tier_of(model: nn.Module) -> str | None:
@@ -368,6 +384,7 @@ __all__ = [
     "TRANSFORMERS_RANGE",
     "GumbelSampler",
     "is_patched",
+    "layers_of",
     "patch",
     "positions",
     "tier_attention",
