@@ -63,7 +63,7 @@ HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary"  # model module classes whose
 
 def is_kernel(event) -> bool:
     """A device event that is a kernel or a copy: not the device's side of a host sync, nor a profiler range's
-    shadow on the device's timeline (torch.profiler puts each record_function range there as a
+    shadow on the device's timeline (the profiler puts each record_function range there as a
     gpu_user_annotation, spanning the kernels it holds: counted as a kernel, the hooked modules' ranges would count
     their time twice)."""
     return event.device_type == torch.autograd.DeviceType.CUDA and not (

@@ -8,7 +8,11 @@ Modes (transformers' generate() on the same weights, one process, greedy, prompt
 - static: cache_implementation="static" with disable_compile (the static cache alone);
 - compiled: cache_implementation="static" and the compiled decode step (torch.compile, CUDA graphs); stock takes
   transformers' default CompileConfig, a patched model the same config with rl_kernel's exact options
-  (rl_kernel.integrations.generation.exact_compile_options).
+  (rl_kernel.integrations.generation.exact_compile_options);
+- batched: transformers' continuous batching, `generate_batch` (paged KV cache, requests packed per step, the
+  prompts unpadded); stock's engine on SDPA (auto_switch_to_flash off, as for a patched model, whose generate_batch is
+  rl_kernel.integrations.paged's). Its bits are compared through the engine's log-probabilities of the chosen tokens
+  (paged.engine_logprobs of the forward's logit rows): the engine keeps no logits.
 Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call (the
 compile, for the compiled mode). The bits: at the first prompt count, each mode's generate() logits against the
 training forward of the generated sequences (the batch left padded, and each sequence alone), elements that differ
@@ -24,14 +28,53 @@ import torch
 
 from bench import environment, model_shapes, parser, rollout, timing
 from rl_kernel.bitwise import int_view
-from rl_kernel.integrations import generation
+from rl_kernel.integrations import generation, paged
 
-MODES = generation.ROLLOUT_MODES
+BATCHED = "batched"  # transformers' continuous batching (generate_batch), not a generate() mode
+MODES = (*generation.ROLLOUT_MODES, BATCHED)
 
 
 def mode_kwargs(mode: str) -> dict:
-    """generate()'s arguments for a mode on this machine's device (rl_kernel's rollout_kwargs)."""
-    return generation.rollout_kwargs(mode, "cuda" if timing.gpu() else "cpu")
+    """generate()'s arguments for a mode on this machine's device (rl_kernel's rollout_kwargs); none for batched."""
+    return {} if mode == BATCHED else generation.rollout_kwargs(mode, "cuda" if timing.gpu() else "cpu")
+
+
+def generate_batched(model, ids: torch.Tensor, mask: torch.Tensor, new: int, logprobs: bool = False) -> list:
+    """The prompts (unpadded) through the model's generate_batch, greedy, exactly `new` tokens each (no token is an
+    end of sequence): per prompt, in order, (generated tokens, their log-probs or [])."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    prompts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+    gen = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=rollout.PAD)
+    # On a GPU the engine sizes its cache from free memory; on the CPU (a check of the script) a small one, explicitly.
+    sizes = {} if timing.gpu() else {"num_blocks": 64, "max_batch_tokens": 256}
+    config = ContinuousBatchingConfig(return_logprobs=logprobs, auto_switch_to_flash=False, **sizes)
+    with torch.no_grad():
+        out = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=config)
+    done = {tuple(o.prompt_ids): o for o in out.values()}
+    if len(done) != len(prompts) or any(o.error or len(o.generated_tokens) != new for o in done.values()):
+        failed = [(o.request_id, o.error, len(o.generated_tokens)) for o in done.values()]
+        raise RuntimeError(f"generate_batch: {len(done)} of {len(prompts)} distinct prompts came back: {failed[:4]}")
+    return [(done[tuple(p)].generated_tokens, done[tuple(p)].logprobs) for p in prompts]
+
+
+def batched_bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int) -> dict[str, int]:
+    """{view: log-probs that differ} between generate_batch's and those of the training forward's logit rows (the
+    batch left padded, each sequence alone), and the greedy tokens that differ from those rows' argmax."""
+    outs = generate_batched(model, ids, mask, new, logprobs=True)
+    prompts = [row[m.bool()] for row, m in zip(ids, mask, strict=True)]
+    tokens = torch.tensor([t for t, _ in outs])  # [B, new]
+    seqs = [torch.cat([p, t]) for p, t in zip(prompts, tokens, strict=True)]
+    left = rollout.completion_logits(model, seqs, new, right=False, grad=False, host=False)
+    alone = torch.cat([rollout.completion_logits(model, [s], new, True, grad=False, host=False) for s in seqs])
+    got = torch.tensor([lp for _, lp in outs], dtype=torch.float32, device=left.device)
+    res = {}
+    for view, logits in (("batch, left padded", left), ("each sequence alone", alone)):
+        want = paged.engine_logprobs(logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)).view(got.shape)
+        res[view] = differing(got, want)
+    res["tokens not the forward's argmax"] = int((left.argmax(-1).cpu() != tokens).sum())
+    return res | {"elements": got.numel()}
 
 
 def bits(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str) -> dict[str, int]:
@@ -53,10 +96,14 @@ def differing(a: torch.Tensor, b: torch.Tensor) -> int:
 
 def throughput(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str, reps: int) -> dict[str, float]:
     kw = mode_kwargs(mode)
+    if mode == BATCHED:
+        call = lambda: generate_batched(model, ids, mask, new)  # noqa: E731
+    else:
+        call = lambda: rollout.generate(model, ids, mask, new, keep_logits=False, **kw)  # noqa: E731
     t0 = time.monotonic()
-    rollout.generate(model, ids, mask, new, keep_logits=False, **kw)  # the warm-up: the compile, in that mode
+    call()  # the warm-up: the compile, in that mode
     first = time.monotonic() - t0
-    s = timing.synced({mode: lambda: rollout.generate(model, ids, mask, new, keep_logits=False, **kw)}, reps, 0)[mode]
+    s = timing.synced({mode: call}, reps, 0)[mode]
     return {"synced_s": s, "tokens_per_s": ids.shape[0] * new / s, "first_call_s": first}
 
 
@@ -65,7 +112,8 @@ def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torc
     with model_shapes.in_tier(model, tier):
         for mode in args.modes:
             check_b = min(batches)
-            res[f"{mode} bits"] = bits(model, *batches[check_b], args.check_new, mode)
+            check = batched_bits if mode == BATCHED else lambda *a, mode=mode: bits(*a, mode)
+            res[f"{mode} bits"] = check(model, *batches[check_b], args.check_new)
             print(f"{tier} {mode}: bits at {check_b} prompts: {json.dumps(res[f'{mode} bits'])}", flush=True)
             for b, (ids, mask) in batches.items():
                 res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps)

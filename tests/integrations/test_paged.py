@@ -53,8 +53,7 @@ def teacher_forced(model, prompt: list[int], tokens: list[int]) -> tuple[list, l
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
     rows = logits[len(prompt) - 1 : len(prompt) - 1 + len(tokens)]
-    chosen = torch.tensor(tokens)
-    logp = F.softmax(rows, dim=-1).gather(1, chosen[:, None]).squeeze(-1).log()
+    logp = paged.engine_logprobs(rows, torch.tensor(tokens))
     return rows.argmax(-1).tolist(), logp.view(torch.int32).tolist()
 
 

@@ -136,6 +136,14 @@ def continuous_batching(model: nn.Module) -> Iterator[nn.Module]:
             m.__dict__.pop(_MARK, None)
 
 
+def engine_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The log-probability transformers' engine returns for each chosen token (`return_logprobs`), from logit rows
+    [n, V] (greedy, no logits processor): log(softmax(rows in fp32)[token]), fp32. Its bits are a function of the
+    whole row: what a check of a request against its teacher-forced forward compares, the engine keeping no logits."""
+    probs = torch.nn.functional.softmax(logits.float(), dim=-1)
+    return probs.gather(1, tokens.to(probs.device)[:, None]).squeeze(-1).log()
+
+
 def generate_batch(model: nn.Module, inputs: list[list[int]], continuous_batching_config=None, **kwargs: Any) -> dict:
     """transformers' `generate_batch(inputs, ...)` of a patched model under continuous_batching(model), with the engine
     kept on its attention (auto_switch_to_flash off: a flash implementation is not the tier's). Returns its outputs.
