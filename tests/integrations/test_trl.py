@@ -2,7 +2,9 @@
 defaults (bf16 autocast, gradient checkpointing): patched, the rollout's per-token log-probs (generate()'s logits,
 the trainer's temperature, TRL's selective_log_softmax as installed) equal the log-probs the training forward
 computes for the same completions, bit for bit, and two runs give identical weights; stock GRPOTrainer (its fused
-LM head) differs, and the test says by how much. Skipped where TRL is not installed (requirements-trl.txt)."""
+LM head) differs, and the test says by how much. With TRL's continuous batching (transformers' generate_batch, paged
+cache), the engine's log-probs of the sampled tokens equal those of the training forward's logit rows. Skipped where
+TRL is not installed (requirements-trl.txt)."""
 
 from __future__ import annotations
 
@@ -199,3 +201,99 @@ def test_stock_grpo_trainer_differs(tmp_path):
     print(f"{rollout.numel()} tokens, mixed precision {seen['mixed_precision']}, checkpointing {seen['checkpointing']}")
     print(f"stock TRL {trl.__version__}: {d.summary()}, max |dlogp| {float((rollout - train).abs().max()):.3g}")
     assert not d.equal, "the stock control must show the mismatch the adapter removes"
+
+
+def run_continuous_batching(tmp_path, patched: bool) -> dict:
+    """One GRPO step with TRL's continuous batching (`use_transformers_continuous_batching`: the model's
+    generate_batch, paged cache, the trainer's sampling at its temperature). What the rollout returned (each request's
+    tokens and the engine's log-probs) and, right after it, the engine-form log-probs of the teacher-forced forward of
+    each sequence through the same model (same weights and dtype, as the rollout left it)."""
+    from rl_kernel.integrations import paged
+
+    if patched:
+        rl_trl.install()
+    m = rl_hf.patch(model(), tier="exact") if patched else model()
+    seen: dict = {"rollout": [], "forward": [], "requests": []}
+    original = m.generate_batch
+
+    def generate_batch(inputs, **kwargs):
+        out = original(inputs, **kwargs)
+        for o in out.values():
+            if not o.generated_tokens:
+                continue
+            ids = torch.tensor([o.prompt_ids + o.generated_tokens])
+            with torch.no_grad():
+                logits = m(input_ids=ids).logits[0, len(o.prompt_ids) - 1 : -1]
+            forward = paged.engine_logprobs(logits, torch.tensor(o.generated_tokens), TEMPERATURE)
+            seen["rollout"].append(torch.tensor(o.logprobs, dtype=torch.float32))
+            seen["forward"].append(forward)
+            seen["requests"].append((o.prompt_ids, o.generated_tokens, seen["rollout"][-1]))
+        return out
+
+    m.generate_batch = generate_batch
+    base = rl_trl.ExactGRPOTrainer if patched else trl.GRPOTrainer
+    seen["train"] = []
+
+    class Recording(base):
+        def _get_per_token_logps_and_entropies(self, mdl, input_ids, attention_mask, logits_to_keep, *a, **kw):
+            if torch.is_grad_enabled():  # the loss's forward: its logits, as the training step computes them
+                with torch.no_grad():
+                    logits = mdl(input_ids=input_ids, attention_mask=attention_mask).logits[:, -logits_to_keep - 1 : -1]
+                seen["train"].append((input_ids.clone(), attention_mask.clone(), logits_to_keep, logits.float()))
+            return super()._get_per_token_logps_and_entropies(mdl, input_ids, attention_mask, logits_to_keep, *a, **kw)
+
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path / f"cb-{patched}"), per_device_train_batch_size=BATCH,
+        num_generations=GENERATIONS, max_completion_length=NEW, max_steps=1, temperature=TEMPERATURE,
+        learning_rate=1e-3, report_to="none", save_strategy="no", use_cpu=True, seed=0, logging_steps=1,
+        use_transformers_continuous_batching=True,
+        transformers_continuous_batching_config={"page_size": 16, "num_blocks": 64, "max_batch_tokens": 32,
+                                                 "return_logprobs": True, "auto_switch_to_flash": False},
+    )  # fmt: skip
+    Recording(model=m, reward_funcs=reward, args=args, train_dataset=dataset(), processing_class=tokenizer()).train()
+    return seen
+
+
+def train_vs_rollout(seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rollout's log-probs and the engine-form log-probs of the training forward's logit rows for the same
+    completion tokens (each training row matched to its request by its prompt and completion tokens)."""
+    from rl_kernel.integrations import paged
+
+    rollout, train = [], []
+    for ids, mask, keep, logits in seen["train"]:
+        width = ids.shape[1] - keep  # the left-padded prompts' width; completions follow, right padded
+        for b in range(ids.shape[0]):
+            prompt = ids[b, :width][mask[b, :width].bool()].tolist()
+            completion = ids[b, width:].tolist()
+            gen, lp = next((g, lp) for p, g, lp in seen["requests"] if p == prompt and completion[: len(g)] == g)
+            rows = logits[b, : len(gen)]
+            train.append(paged.engine_logprobs(rows, torch.tensor(gen), TEMPERATURE))
+            rollout.append(lp)
+    return torch.cat(rollout), torch.cat(train)
+
+
+CB_SERVED = None
+try:
+    from rl_kernel.integrations import paged as _paged
+
+    CB_SERVED = _paged._version() >= _paged.MIN_TRANSFORMERS
+except ImportError:  # pragma: no cover - transformers absent: the module is skipped above
+    CB_SERVED = False
+
+
+@pytest.mark.skipif(not CB_SERVED, reason="continuous batching as served needs transformers >= 5.25")
+def test_continuous_batching_rollout_is_the_teacher_forced_forward(tmp_path):
+    """TRL's paged rollout of a patched model: every sampled token's log-probability (the engine's, at the trainer's
+    temperature) equals that of the teacher-forced forward of its sequence right after the rollout and that of the
+    training step's forward (the same function of its logit rows), bit for bit; stock's engine differs."""
+    seen = run_continuous_batching(tmp_path / "patched", patched=True)
+    rollout, forward = torch.cat(seen["rollout"]), torch.cat(seen["forward"])
+    assert rollout.numel() >= BATCH
+    d = diff(rollout, forward)
+    assert d.equal, d.summary()
+    rollout, train = train_vs_rollout(seen)
+    assert rollout.numel() >= BATCH
+    d = diff(rollout, train)
+    assert d.equal, f"the training forward's rows: {d.summary()}"
+    stock = run_continuous_batching(tmp_path / "stock", patched=False)
+    assert not diff(torch.cat(stock["rollout"]), torch.cat(stock["forward"])).equal, "the control must differ"

@@ -136,11 +136,15 @@ def continuous_batching(model: nn.Module) -> Iterator[nn.Module]:
             m.__dict__.pop(_MARK, None)
 
 
-def engine_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def engine_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float | None = None) -> torch.Tensor:
     """The log-probability transformers' engine returns for each chosen token (`return_logprobs`), from logit rows
-    [n, V] (greedy, no logits processor): log(softmax(rows in fp32)[token]), fp32. Its bits are a function of the
-    whole row: what a check of a request against its teacher-forced forward compares, the engine keeping no logits."""
-    probs = torch.nn.functional.softmax(logits.float(), dim=-1)
+    [n, V]: log(softmax(rows in fp32 [/ temperature, the engine's division by a float32 tensor])[token]), fp32 (no
+    other logits processor). Its bits are a function of the whole row: what a check of a request against its
+    teacher-forced forward compares, the engine keeping no logits."""
+    scores = logits.float()
+    if temperature is not None and temperature != 1.0:
+        scores = scores / torch.full((1,), temperature, dtype=torch.float32, device=scores.device)
+    probs = torch.nn.functional.softmax(scores, dim=-1)
     return probs.gather(1, tokens.to(probs.device)[:, None]).squeeze(-1).log()
 
 
