@@ -70,7 +70,7 @@ def paged_attention(
         raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
     cu_q, cu_k = kwargs["cu_seq_lens_q"].long(), kwargs["cu_seq_lens_k"].long()
     longest_q, longest_k = int(kwargs["max_length_q"]), int(kwargs["max_length_k"])
-    q_pad, slots, valid = _by_request(query[0], cu_q, longest_q)
+    q_pad, slots, valid = _by_request(query[0], cu_q, longest_q)  # valid: a slot that holds a query
     k_pad, _, _ = _by_request(key[0], cu_k, longest_k)
     v_pad, _, _ = _by_request(value[0], cu_k, longest_k)
     lens_q, lens_k = (cu_q[1:] - cu_q[:-1])[:, None], (cu_k[1:] - cu_k[:-1])[:, None]
@@ -78,11 +78,21 @@ def paged_attention(
     q_pos = torch.where(valid, lens_k - lens_q + slots, -1)
     k_start = torch.zeros(q_pos.shape[0], dtype=torch.int64, device=query.device)
     out = layers.attention(q_pad, k_pad, v_pad, q_pos, k_start, scaling, validate=False)  # [R, Hq, longest_q, D]
-    packed = out.permute(0, 2, 1, 3)[valid]  # [total queries, Hq, D], the requests' rows in packed order
-    total = query.shape[2]
-    if packed.shape[0] != total:  # padding sequences of a graph-sized batch: their rows are zeros
-        packed = torch.cat([packed, packed.new_zeros(total - packed.shape[0], *packed.shape[1:])])
-    return packed.unsqueeze(0), None
+    return _packed(out, cu_q, query.shape[2]).unsqueeze(0), None
+
+
+def _packed(out: torch.Tensor, cu: torch.Tensor, total: int) -> torch.Tensor:
+    """[requests, H, longest, D] -> the packed rows [total, H, D]: row p is request r's slot p - cu[r] where cu[r] <=
+    p < cu[r + 1]; rows past the last request (a step padded for CUDA graphs) are +0. Gathers only: no host sync,
+    no shape that depends on the values (capturable in a graph)."""
+    if out.shape[0] == 0:
+        return out.new_zeros(total, out.shape[1], out.shape[3])
+    p = torch.arange(total, device=out.device)
+    r = torch.searchsorted(cu[1:].contiguous(), p, right=True)
+    inside = r < out.shape[0]
+    r = r.clamp(max=out.shape[0] - 1)
+    slot = (p - cu[r]).clamp(min=0, max=out.shape[2] - 1)
+    return torch.where(inside[:, None, None], out[r, :, slot], 0)
 
 
 def _by_request(x: torch.Tensor, cu: torch.Tensor, longest: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
