@@ -17,9 +17,7 @@ from rl_kernel import models
 from rl_kernel.integrations import paged
 from rl_kernel.integrations import transformers as hf
 
-pytestmark = pytest.mark.skipif(
-    paged._version() < paged.MIN_TRANSFORMERS, reason="continuous batching as served needs transformers >= 5.25"
-)
+pytestmark = pytest.mark.skipif(not paged.served(), reason=paged.UNSERVED)
 VOCAB, NEW = 211, 5
 
 

@@ -272,16 +272,10 @@ def train_vs_rollout(seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(rollout), torch.cat(train)
 
 
-CB_SERVED = None
-try:
-    from rl_kernel.integrations import paged as _paged
-
-    CB_SERVED = _paged._version() >= _paged.MIN_TRANSFORMERS
-except ImportError:  # pragma: no cover - transformers absent: the module is skipped above
-    CB_SERVED = False
+from rl_kernel.integrations import paged as _paged  # noqa: E402
 
 
-@pytest.mark.skipif(not CB_SERVED, reason="continuous batching as served needs transformers >= 5.25")
+@pytest.mark.skipif(not _paged.served(), reason=_paged.UNSERVED)
 def test_continuous_batching_rollout_is_the_teacher_forced_forward(tmp_path):
     """TRL's paged rollout of a patched model: every sampled token's log-probability (the engine's, at the trainer's
     temperature) equals that of the teacher-forced forward of its sequence right after the rollout and that of the

@@ -46,6 +46,14 @@ def _version() -> tuple[int, int]:
     return major, minor
 
 
+def served() -> bool:
+    """Whether this transformers' continuous batching is one this module serves (MIN_TRANSFORMERS and later)."""
+    return _version() >= MIN_TRANSFORMERS
+
+
+UNSERVED = f"continuous batching as served needs transformers >= {'.'.join(map(str, MIN_TRANSFORMERS))}"
+
+
 def paged_attention(
     layers: Any,
     module: nn.Module,
@@ -126,9 +134,8 @@ def continuous_batching(model: nn.Module) -> Iterator[nn.Module]:
     modules by paged_attention. Everything is restored on exit."""
     if not hf.is_patched(model):
         raise ValueError("rl_kernel: continuous batching needs a model patched by rl_kernel.integrations.transformers")
-    if _version() < MIN_TRANSFORMERS:
-        raise RuntimeError(f"rl_kernel: continuous batching is served with transformers >= "
-                           f"{'.'.join(map(str, MIN_TRANSFORMERS))}, this is {transformers.__version__}")  # fmt: skip
+    if not served():
+        raise RuntimeError(f"rl_kernel: {UNSERVED}, this is {transformers.__version__}")
     layers = hf.layers_of(model)
     attention_modules = [m for m in model.modules() if hasattr(m, "num_key_value_groups")]
     original = ALL_ATTENTION_FUNCTIONS[ENGINE]

@@ -52,7 +52,9 @@ def test_generate_matches_forward(cell, record, shape, family, sampler, params):
     p = M.prompts(shape[0], shape[2], cell.seed)
     seed = None if sampler == "greedy" else cell.seed + 1
     model = _patched(family, shape, cell, rollout_dev, params)
-    r = M.generate(model, p, shape[1], seed, rollout_dev, params["rollout"])  # params: resolved, the defaults included
+    if params["rollout"] == M.BATCHED:  # params: resolved, the defaults included
+        return _engine_matches_forward(cell, record, shape, family, sampler, params, model, p)
+    r = M.generate(model, p, shape[1], seed, rollout_dev, params["rollout"])
     record.output(f"{_sid(shape, family)}/{sampler}/sequences", r.sequences)
     trainer = _patched(family, shape, cell, train_dev, params)
     views = M.forward_views(trainer, r, p, train_dev)
@@ -62,6 +64,31 @@ def test_generate_matches_forward(cell, record, shape, family, sampler, params):
         d = record.compare(
             f"{_sid(shape, family)} {sampler} generate ({rollout_dev}) vs {name} ({train_dev})", r.logits, logits
         )
+        if not d.equal:
+            failures.append(f"{name}: {d.summary()}")
+    assert not failures, "; ".join(failures)
+
+
+def _engine_matches_forward(cell, record, shape, family, sampler, params, model, p) -> None:
+    """The rollout mode "batched": transformers' continuous batching (model.generate_batch: packed steps, a paged
+    cache, chunked prefill) of the prompts, greedy; the engine's log-probability of each chosen token == that of the
+    training forward's logit row (paged.engine_logprobs) in every view, bit for bit."""
+    from rl_kernel.integrations import paged
+
+    if sampler != "greedy":
+        pytest.skip("transformers' engine samples with its own generator, not rl_kernel's Gumbel sampler: the "
+                    "batched rollout is checked greedy")  # fmt: skip
+    if not paged.served():
+        pytest.skip(f"{paged.UNSERVED} (this is {paged.transformers.__version__})")
+    train_dev = devices(cell.platform, cell.placement)[1]
+    r = M.engine_rollout(model, p, shape[1])
+    record.output(f"{_sid(shape, family)}/batched/sequences", r.sequences)
+    trainer = _patched(family, shape, cell, train_dev, params)
+    failures = []
+    for name, logits in M.forward_views(trainer, r, p, train_dev).items():
+        want = paged.engine_logprobs(logits.reshape(-1, logits.shape[-1]), r.completions.reshape(-1))
+        d = record.compare(f"{_sid(shape, family)} generate_batch log-probs vs {name}", r.logprobs,
+                           want.view(r.logprobs.shape).cpu())  # fmt: skip
         if not d.equal:
             failures.append(f"{name}: {d.summary()}")
     assert not failures, "; ".join(failures)

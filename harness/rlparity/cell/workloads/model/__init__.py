@@ -15,9 +15,9 @@ from typing import Any
 # descriptor (workload.py) and must not pay for transformers.
 _MODULES = {
     "rollout": (
-        "CLIP", "FAMILIES", "MAX_PROMPT", "PAD", "Prompts", "Rollout", "build", "completion_logits", "config",
-        "continuous_batching", "drift", "forward_views", "full_mask", "generate", "padded", "patched", "prompts",
-        "stock", "unpadded",
+        "BATCHED", "CLIP", "FAMILIES", "MAX_PROMPT", "PAD", "EngineRollout", "Prompts", "Rollout", "build",
+        "completion_logits", "config", "continuous_batching", "drift", "engine_rollout", "forward_views", "full_mask",
+        "generate", "padded", "patched", "prompts", "stock", "unpadded",
     ),
     "trainer": (
         "GOLDEN_OUTPUTS", "LEARNING_RATE", "StepResult", "advantages", "completion_mask", "golden_outputs",

@@ -87,7 +87,10 @@ class Rollout:
 
 def generate(model, p: Prompts, new: int, seed: int | None, device, rollout: str = "eager") -> Rollout:
     """model.generate(): greedy (seed None) or with rl_kernel's Gumbel sampler (keys: the prompt's number), in a
-    rollout mode (rl_kernel.integrations.generation.rollout_kwargs: eager, static, compiled)."""
+    rollout mode (rl_kernel.integrations.generation.rollout_kwargs: eager, static, compiled; "batched" is
+    engine_rollout's, which keeps no logits)."""
+    if rollout == BATCHED:
+        raise ValueError("the batched rollout is transformers' engine (engine_rollout), not a generate() mode")
     processors = None
     if seed is not None:
         keys = torch.arange(p.ids.shape[0]) * 7 + 1
@@ -108,12 +111,52 @@ def generate(model, p: Prompts, new: int, seed: int | None, device, rollout: str
     return Rollout(out.sequences.cpu(), torch.stack(out.logits, 1).float().cpu(), p.ids.shape[1])
 
 
+# ---- transformers' continuous batching (the rollout mode "batched") ----------------------------------------
+BATCHED = "batched"  # the workload's rollout mode that runs transformers' engine instead of generate()
+
+
+@dataclass(frozen=True)
+class EngineRollout:
+    """What transformers' continuous batching returns for the prompts: the sequences as generate() lays them out
+    (prompts left padded, then the completions) and the engine's log-probability of each chosen token [B, N] fp32
+    (rl_kernel.integrations.paged.engine_logprobs's function of its logit row: the engine keeps no logits)."""
+
+    sequences: torch.Tensor
+    logprobs: torch.Tensor
+    prompt_width: int
+
+    @property
+    def completions(self) -> torch.Tensor:
+        return self.sequences[:, self.prompt_width :]
+
+
+def engine_rollout(model, p: Prompts, new: int) -> EngineRollout:
+    """model.generate_batch (a patched model's: the tier's attention per request) of the prompts, greedy, exactly
+    `new` tokens each (no token ends a sequence), its cache sized for the cell (pages of 16 tokens, prefills chunked
+    at 32 tokens: requests join while others decode)."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    prompts = [row[m.bool()].tolist() for row, m in zip(p.ids, p.mask, strict=True)]
+    gen = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=PAD)
+    config = ContinuousBatchingConfig(page_size=16, num_blocks=64, max_batch_tokens=32, return_logprobs=True,
+                                      auto_switch_to_flash=False)  # fmt: skip
+    with torch.no_grad():
+        out = list(model.generate_batch(prompts, generation_config=gen, continuous_batching_config=config).values())
+    for prompt, o in zip(prompts, out, strict=True):  # generate_batch returns its requests in the order given
+        if o.error or o.prompt_ids != prompt or len(o.generated_tokens) != new:
+            raise RuntimeError(f"generate_batch: request {o.request_id}: {o.error or 'not the prompt or length asked'}")
+    completions = torch.tensor([o.generated_tokens for o in out])
+    logprobs = torch.tensor([o.logprobs for o in out], dtype=torch.float32)
+    return EngineRollout(torch.cat([p.ids, completions], 1), logprobs, p.ids.shape[1])
+
+
 def full_mask(p: Prompts, new: int) -> torch.Tensor:
     return torch.cat([p.mask, torch.ones(p.mask.shape[0], new, dtype=torch.long)], 1)
 
 
 # ---- the training forward's views of the same sequences -----------------------------------------------
-def unpadded(r: Rollout, p: Prompts, b: int) -> torch.Tensor:
+def unpadded(r: Rollout | EngineRollout, p: Prompts, b: int) -> torch.Tensor:
     """Sequence b without its padding: prompt + completion, [L]."""
     return r.sequences[b, r.prompt_width - p.lengths[b] :]
 
@@ -143,7 +186,7 @@ def completion_logits(model, seqs: list[torch.Tensor], new: int, device, right: 
     return out
 
 
-def forward_views(model, r: Rollout, p: Prompts, device) -> dict[str, torch.Tensor]:
+def forward_views(model, r: Rollout | EngineRollout, p: Prompts, device) -> dict[str, torch.Tensor]:
     """The completion logits [B, N, V] of teacher-forced forwards that see the batch four ways."""
     new, batch = r.completions.shape[1], r.sequences.shape[0]
     seqs = [unpadded(r, p, b) for b in range(batch)]

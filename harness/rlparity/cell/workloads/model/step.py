@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlparity.cell.workloads.model.rollout import Rollout, generate, patched, prompts
+from rlparity.cell.workloads.model.rollout import BATCHED, Rollout, generate, patched, prompts
 from rlparity.cell.workloads.model.trainer import StepResult, train
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
@@ -14,6 +14,9 @@ def rl_step(
     sampled rollout, GRPO steps (params: MODEL_DEFAULTS' keys, the defaults where not given)."""
     p = prompts(shape[0], shape[2], seed)
     model = patched(family, shape[2], dtype, seed, device, tier, **params)
-    r = generate(model, p, shape[1], seed + 1, device, {**MODEL_DEFAULTS, **params}["rollout"])
+    # The step's rollout is sampled by rl_kernel's Gumbel sampler, which transformers' engine does not run: a batched
+    # cell trains on generate()'s rollout (its engine's rollout is test_model's check against the forward).
+    mode = {**MODEL_DEFAULTS, **params}["rollout"]
+    r = generate(model, p, shape[1], seed + 1, device, "eager" if mode == BATCHED else mode)
     steps = {k: v for k, v in {**MODEL_DEFAULTS, **params}.items() if k in ("steps", "micro")}
     return r, train(model, r, p, device, seed, **steps)
