@@ -22,6 +22,7 @@ datasets = pytest.importorskip("datasets")
 tokenizers = pytest.importorskip("tokenizers")
 
 from rl_kernel.bitwise import bits_equal, diff  # noqa: E402
+from rl_kernel.integrations import paged as _paged  # noqa: E402
 from rl_kernel.integrations import transformers as rl_hf  # noqa: E402
 from rl_kernel.integrations import trl as rl_trl  # noqa: E402
 from rl_kernel.models import PAD, tiny_weights  # noqa: E402
@@ -208,8 +209,6 @@ def run_continuous_batching(tmp_path, patched: bool) -> dict:
     generate_batch, paged cache, the trainer's sampling at its temperature). What the rollout returned (each request's
     tokens and the engine's log-probs) and, right after it, the engine-form log-probs of the teacher-forced forward of
     each sequence through the same model (same weights and dtype, as the rollout left it)."""
-    from rl_kernel.integrations import paged
-
     if patched:
         rl_trl.install()
     m = rl_hf.patch(model(), tier="exact") if patched else model()
@@ -224,7 +223,7 @@ def run_continuous_batching(tmp_path, patched: bool) -> dict:
             ids = torch.tensor([o.prompt_ids + o.generated_tokens])
             with torch.no_grad():
                 logits = m(input_ids=ids).logits[0, len(o.prompt_ids) - 1 : -1]
-            forward = paged.engine_logprobs(logits, torch.tensor(o.generated_tokens), TEMPERATURE)
+            forward = _paged.engine_logprobs(logits, torch.tensor(o.generated_tokens), TEMPERATURE)
             seen["rollout"].append(torch.tensor(o.logprobs, dtype=torch.float32))
             seen["forward"].append(forward)
             seen["requests"].append((o.prompt_ids, o.generated_tokens, seen["rollout"][-1]))
@@ -257,8 +256,6 @@ def run_continuous_batching(tmp_path, patched: bool) -> dict:
 def train_vs_rollout(seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """The rollout's log-probs and the engine-form log-probs of the training forward's logit rows for the same
     completion tokens (each training row matched to its request by its prompt and completion tokens)."""
-    from rl_kernel.integrations import paged
-
     rollout, train = [], []
     for ids, mask, keep, logits in seen["train"]:
         width = ids.shape[1] - keep  # the left-padded prompts' width; completions follow, right padded
@@ -267,12 +264,9 @@ def train_vs_rollout(seen: dict) -> tuple[torch.Tensor, torch.Tensor]:
             completion = ids[b, width:].tolist()
             gen, lp = next((g, lp) for p, g, lp in seen["requests"] if p == prompt and completion[: len(g)] == g)
             rows = logits[b, : len(gen)]
-            train.append(paged.engine_logprobs(rows, torch.tensor(gen), TEMPERATURE))
+            train.append(_paged.engine_logprobs(rows, torch.tensor(gen), TEMPERATURE))
             rollout.append(lp)
     return torch.cat(rollout), torch.cat(train)
-
-
-from rl_kernel.integrations import paged as _paged  # noqa: E402
 
 
 @pytest.mark.skipif(not _paged.served(), reason=_paged.UNSERVED)

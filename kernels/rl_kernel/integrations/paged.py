@@ -74,8 +74,7 @@ def paged_attention(
     if kwargs.get("sliding_window"):
         raise ValueError(f"rl_kernel: a sliding window ({kwargs['sliding_window']}) in continuous batching is not "
                          "served: the tier's attention sees every earlier key")  # fmt: skip
-    if dropout:
-        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
+    hf.check_no_dropout(dropout)
     cu_q, cu_k = kwargs["cu_seq_lens_q"].long(), kwargs["cu_seq_lens_k"].long()
     longest_q, longest_k = int(kwargs["max_length_q"]), int(kwargs["max_length_k"])
     q_pad, slots, valid = _by_request(query[0], cu_q, longest_q)  # valid: a slot that holds a query

@@ -120,6 +120,12 @@ def _tier_class(cls: type, kind: str, tier: str) -> type:
 
 
 # ---- attention: registered with transformers, fed by the patched model's forward -------------------
+def check_no_dropout(dropout: float) -> None:
+    """The tier's attention has no dropout (it would draw from torch's generator): a clear error for one."""
+    if dropout:
+        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
+
+
 def tier_attention(
     layers: Any,
     module: nn.Module,
@@ -140,8 +146,7 @@ def tier_attention(
             "rl_kernel: the rl_kernel attention needs the positions its patched model's forward derives; "
             "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
         )
-    if dropout:
-        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
+    check_no_dropout(dropout)
     out = layers.attention(
         query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False
     )
