@@ -287,7 +287,7 @@ def _out_archive(res: CellResult, tmp: Path) -> bytes:
     ("status", "rc", "expect"), [("passed", 0, "passed"), ("failed", 1, "failed"), ("passed", 139, "error")]
 )
 def test_docker_backend_runs_a_cell_through_one_container(tmp_path, monkeypatch, status, rc, expect):
-    from rlparity.backends.docker import LABEL, DockerBackend
+    from rlparity.backends.docker import LABEL, OUT_LABEL, DockerBackend
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cell = make_cell("cpu", image="cpu")
@@ -297,7 +297,8 @@ def test_docker_backend_runs_a_cell_through_one_container(tmp_path, monkeypatch,
     if expect == "error":
         assert "SIGSEGV" in res.reason and "cell output" in res.output_tail
     (box,) = engine.created
-    assert box.image == "rlparity:cpu" and box.kw["labels"] == {LABEL: cell.id} and box.kw["init"] is True
+    assert box.image == "rlparity:cpu" and box.kw["init"] is True
+    assert box.kw["labels"] == {LABEL: cell.id, OUT_LABEL: str((tmp_path / "cell").resolve())}
     assert box.kw["environment"] == base.cell_env(cell, [], {}, "ulp-flip")
     assert box.kw["entrypoint"][:3] == ["python", "-m", "rlparity.cell.cellrun"]
     assert box.calls == ["put_archive /tmp", "start", "wait", "remove"]

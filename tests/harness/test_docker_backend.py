@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rlparity import compare, images, results
-from rlparity.backends.docker import LABEL, DockerBackend
+from rlparity.backends.docker import LABEL, OUT_LABEL, DockerBackend
 from rlparity.config import REPO
 from rlparity.matrix import load_matrix
 from rlparity.select import select
@@ -56,7 +56,9 @@ def test_quick_matrix_in_containers_gives_the_local_backends_digests(client, cpu
     assert all(in_docker[k] and in_docker[k] == local[k] for k in in_docker), (in_docker, local)
     fp = results.read_all(docker_out)[0].fingerprint
     assert fp["image"]["name"] == "cpu" and fp["image"]["record"]["torch"].startswith("2.13.0")
-    left = client.containers.list(all=True, filters={"label": LABEL})
+    # this run's containers only: other tests may run cells in containers at the same time
+    left = [c for c in client.containers.list(all=True, filters={"label": LABEL})
+            if c.labels.get(OUT_LABEL, "").startswith(str(docker_out.resolve()))]  # fmt: skip
     assert not left, f"containers left behind: {[c.name for c in left]}"
     _compare_gives_the_same_verdict(docker_out, local_out, tmp_path / "docker-changed", set(in_docker))
 
@@ -118,7 +120,7 @@ def test_docker_backend_turns_a_misbehaving_container_into_an_error(client, cpu_
     assert res.status == "error" and reason in res.reason, res.reason
     if "crash" in " ".join(command):
         assert "about to crash" in res.output_tail
-    left = client.containers.list(all=True, filters={"label": f"{LABEL}={cell.id}"})
+    left = client.containers.list(all=True, filters={"label": f"{OUT_LABEL}={(tmp_path / 'cell').resolve()}"})
     assert not left
 
 

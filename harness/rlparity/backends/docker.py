@@ -28,6 +28,7 @@ from rlparity.inventory import Inventory
 CELL_DIR = "/tmp/rlparity-cell"  # inside the container: writable by the image's non-root user
 ROCM_DEVICES = ("/dev/kfd", "/dev/dri")
 LABEL = "org.rlparity.cell"  # on every cell container: `docker ps -a --filter label=org.rlparity.cell`
+OUT_LABEL = "org.rlparity.out"  # the host dir the cell's results go to: which run a container belongs to
 # Controls whose env names a file built on the host: it does not exist inside the image.
 HOST_BUILT_CONTROLS = ("fma-build",)
 
@@ -101,13 +102,14 @@ class CellContainer:
         """Every GPU of the host (the cell env's visibility variable picks the cell's)."""
         return sdk.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
 
-    def __init__(self, sdk, client, image: str, entrypoint: list[str], env: dict[str, str], label: str, options: dict):
+    def __init__(self, sdk, client, image: str, entrypoint: list[str], env: dict[str, str], labels: dict,
+                 options: dict):  # fmt: skip
         self._sdk = sdk
         self.container = client.containers.create(
             image,
             entrypoint=entrypoint,
             environment=env,
-            labels={LABEL: label},
+            labels=labels,
             init=True,  # an init as PID 1: signals behave as on the host, zombies are reaped
             **options,
         )
@@ -215,8 +217,8 @@ class DockerBackend(Backend):
         try:
             env = self.env(cell, devices, control, extra_env)
             box = CellContainer(
-                self._docker, self.client, self._reference(cell.image), self.entrypoint(), env, cell.id,
-                self._gpu_options(cell.platform),
+                self._docker, self.client, self._reference(cell.image), self.entrypoint(), env,
+                {LABEL: cell.id, OUT_LABEL: str(out.resolve())}, self._gpu_options(cell.platform),
             )  # fmt: skip
             self._running.add(box)
             box.start(cell)
