@@ -14,9 +14,10 @@ Modes (transformers' generate() on the same weights, one process, greedy, prompt
   rl_kernel.integrations.paged's). Its bits are compared through the engine's log-probabilities of the chosen tokens
   (paged.engine_logprobs of the forward's logit rows): the engine keeps no logits.
 Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call (the
-compile, for the compiled mode). The bits: at the first prompt count, each mode's generate() logits against the
-training forward of the generated sequences (the batch left padded, and each sequence alone), elements that differ
-counted on integer views. On a machine without a GPU, --model tiny checks the script (compiled on the CPU too).
+compile, for the compiled mode). The bits: at --check-at prompts (default the smallest count timed), each mode's
+generate() logits against the training forward of the generated sequences (the batch left padded, and each sequence
+alone), elements that differ counted on integer views. On a machine without a GPU, --model tiny checks the script
+(compiled on the CPU too).
 """
 
 from __future__ import annotations
@@ -111,11 +112,13 @@ def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torc
     res: dict = {}
     with model_shapes.in_tier(model, tier):
         for mode in args.modes:
-            check_b = min(batches)
-            check = batched_bits if mode == BATCHED else lambda *a, mode=mode: bits(*a, mode)
-            res[f"{mode} bits"] = check(model, *batches[check_b], args.check_new)
-            print(f"{tier} {mode}: bits at {check_b} prompts: {json.dumps(res[f'{mode} bits'])}", flush=True)
+            if args.check_at:
+                check = batched_bits if mode == BATCHED else lambda *a, mode=mode: bits(*a, mode)
+                res[f"{mode} bits"] = check(model, *batches[args.check_at], args.check_new)
+                print(f"{tier} {mode}: bits at {args.check_at} prompts: {json.dumps(res[f'{mode} bits'])}", flush=True)
             for b, (ids, mask) in batches.items():
+                if b not in args.counts:  # the bits check's batch only
+                    continue
                 res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps)
                 print(f"{tier} {mode} {b} prompts: {json.dumps(res[f'{mode} {b}'])}", flush=True)
             torch.compiler.reset()  # the next mode or tier compiles afresh (cudagraph trees freed)
@@ -141,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
     ap.add_argument("--tiers", default="stock,fast")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--prompts", default="32,128,512", help="prompt counts; the bits are checked at the first")
+    ap.add_argument("--prompts", default="32,128,512", help="prompt counts timed")
+    ap.add_argument("--check-at", type=int, default=None,
+                    help="the prompt count of the bits check (default the smallest timed; 0: no check)")  # fmt: skip
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--check-new", type=int, default=None, help="new tokens of the bits check (default --new)")
     ap.add_argument("--reps", type=int, default=3)
@@ -154,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     device = "cuda" if timing.gpu() else "cpu"
     shape = model_shapes.shape(args.model)
     model = model_shapes.build(shape, "bf16", 0, device)
-    counts = sorted(int(b) for b in args.prompts.split(","))
+    args.counts = sorted(int(b) for b in args.prompts.split(","))
+    args.check_at = min(args.counts) if args.check_at is None else args.check_at
+    counts = sorted({*args.counts, args.check_at} - {0})
     batches = {b: rollout.prompts(b, 64, 256, shape.vocab, seed=b) for b in counts}
     record: dict = {"args": vars(args), "environment": environment()}
     for tier in args.tiers.split(","):

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from rl_kernel import mode_tree
+
 
 class ModeError(ValueError):
     """An operator the mode cannot serve exactly, named with the reason."""
@@ -137,14 +139,24 @@ def tree_sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     Only elementwise adds, in x's dtype: the same bits on every device, each row alone. The row is padded with +0 to
     a power of two of chunks once, so each level of the tree is one add of neighbouring pairs (log2(n) kernels on a
     GPU): a pair with a node past the row adds +0, as the contract's empty node does. Over the first dim (a weight's
-    gradient summed over the tokens) the pairs are whole rows: the same adds, contiguous and without a transpose."""
+    gradient summed over the tokens) the pairs are whole rows: the same adds, contiguous and without a transpose.
+    An fp32 x on a GPU takes mode_tree's Triton kernel of the same tree (this is its reference)."""
     if dim not in (0, -1, x.dim() - 1):
         raise ValueError(f"tree_sum: dim must be the first or the last, got {dim} of a {x.dim()}-d tensor")
     first = dim == 0 and x.dim() > 1
     n = x.shape[0] if first else x.shape[-1]
     if n == 0:
         return x.new_zeros(x.shape[1:] if first else x.shape[:-1])
-    width = 8 * (1 << (-(-n // 8) - 1).bit_length())  # 8 x the chunk count rounded up to a power of two
+    if x.dtype == torch.float32 and mode_tree.available(x):  # the same tree in a few launches (a GPU)
+        return mode_tree.tree_sum(x, first)
+    return tree_adds(x, first)
+
+
+def tree_adds(x: torch.Tensor, first: bool) -> torch.Tensor:
+    """tree_sum in torch's adds, one per level (mode_tree's kernel is held to it): x's sums over its first dim
+    (first=True) or its last, n >= 1."""
+    n = x.shape[0] if first else x.shape[-1]
+    width = mode_tree.padded_width(n)
     if width != n and first:
         x = torch.cat([x, x.new_zeros((width - n, *x.shape[1:]))])
     elif width != n:
@@ -160,6 +172,13 @@ def tree_sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return nodes[0] if first else nodes[..., 0]
 
 
+def _tree(rows: torch.Tensor, dim: int) -> torch.Tensor:
+    """tree_sum of rows already in the accumulating type, or of bf16 / fp16 rows the kernel widens as it reads."""
+    if rows.dtype != torch.float32 and rows.dtype in mode_tree.TYPES and rows.shape[dim] and mode_tree.available(rows):
+        return mode_tree.tree_sum(rows, dim == 0 and rows.dim() > 1)
+    return tree_sum(rows, dim)
+
+
 def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tensor:
     """aten's sum / mean over `dim` (None or []: every dim) by tree_sum over the reduced elements in row-major order:
     floating inputs added in fp32 (fp64 in fp64) and rounded once to the result's dtype, integers in int64 (exact in
@@ -173,12 +192,14 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
     acc = torch.float64 if torch.float64 in (x.dtype, dtype) else torch.float32 if floating or mean else torch.int64
     dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
     kept = [d for d in range(x.dim()) if d not in dims]
+    # the kernel reads bf16 / fp16 as fp32 itself (exactly): no widened copy
+    x = x if acc == torch.float32 and mode_tree.available(x) and x.numel() else x.to(acc)
     if kept and dims == list(range(len(dims))):  # the leading dims (a weight's gradient over the tokens): no transpose
-        rows = x.to(acc).reshape(-1, *[x.shape[d] for d in kept])
-        out, count = tree_sum(rows, 0), rows.shape[0]
+        rows = x.reshape(-1, *[x.shape[d] for d in kept])
+        out, count = _tree(rows, 0), rows.shape[0]
     else:
-        rows = x.to(acc).permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x.to(acc)[None]
-        out, count = tree_sum(rows), rows.shape[-1]
+        rows = x.permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1) if x.dim() else x[None]
+        out, count = _tree(rows, -1), rows.shape[-1]
     if mean:
         out = out / count
     if keepdim:

@@ -151,16 +151,17 @@ def test_the_rl_step_can_time_the_training_step_alone(tmp_path: Path) -> None:
 def test_rollout_modes_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     """rollout_modes at the tiny shape: the exact tier's generate() equals the training forward in every mode (the
     compiled one compiled on the CPU; continuous batching through its log-probs), stock's eager generate() and its
-    continuous batching do not; each mode timed."""
+    continuous batching do not (the bits checked at a count not timed); each mode timed."""
     out = tmp_path / "modes.json"
     res = run_bench("rollout_modes", "--model", "tiny", "--tiers", "stock,exact", "--prompts", "3", "--new", "4",
-                    "--reps", "1", "--json", str(out))  # fmt: skip
+                    "--check-at", "4", "--reps", "1", "--json", str(out))  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     record = json.loads(out.read_text())
     for mode in ("eager", "static", "compiled", "batched"):
         bits = record["exact"][f"{mode} bits"]
         assert bits["batch, left padded"] == bits["each sequence alone"] == 0 < bits["elements"], (mode, bits)
         assert record["exact"][f"{mode} 3"]["tokens_per_s"] > 0 and record["stock"][f"{mode} 3"]["tokens_per_s"] > 0
+        assert f"{mode} 4" not in record["exact"] and bits["elements"] % 4 == 0, bits  # 4 prompts checked, not timed
     assert record["stock"]["eager bits"]["batch, left padded"] > 0  # the control: stock's rollout differs
     assert record["stock"]["batched bits"]["each sequence alone"] > 0  # and its continuous batching
     assert record["exact"]["batched bits"]["tokens not the forward's argmax"] == 0
