@@ -46,8 +46,7 @@ def _tree_pass_kernel(x_ptr, out_ptr, n, count, s_n, s_c, o_n, o_c, LEVELS: tl.c
     at = i[:, None] * s_n + c[None, :].to(tl.int64) * s_c
     t = tl.load(x_ptr + at, mask=(i[:, None] < n) & (c[None, :] < count), other=0.0).to(tl.float32)
     for level in tl.static_range(LEVELS):  # unrolled: each level halves the tile, pairs (2j, 2j + 1) of the axis
-        half: tl.constexpr = G >> (level + 1)
-        left, right = tl.split(tl.permute(tl.reshape(t, (half, 2, BLOCK_C)), (0, 2, 1)))
+        left, right = tl.split(tl.permute(tl.reshape(t, (G >> (level + 1), 2, BLOCK_C)), (0, 2, 1)))
         t = left + right
     tl.store(out_ptr + g.to(tl.int64) * o_n + c.to(tl.int64) * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
 

@@ -6,11 +6,12 @@ the pairing that the same checks catch."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
 import torch
-from triton_interpreter import failed, interpret, shim
+from triton_interpreter import failed, interpret, need_triton, shim
 
 from rl_kernel import mode_ops, mode_tree
 
@@ -36,6 +37,56 @@ def test_the_cpu_without_the_interpreter_keeps_torch_adds(monkeypatch) -> None:
     x = torch.randn(3, 100)
     assert not mode_tree.available(x) and not mode_tree.available(x.double())
     assert torch.equal(mode_ops.tree_sum(x).view(torch.int32), mode_ops.tree_adds(x, False).view(torch.int32))
+
+
+# ---- compiled for every target without a GPU: one IEEE add per node, no fused multiply-add, no atomics ------------
+FMA = re.compile(r"\bfma\.rn\.f32|\bv_fmac?_f32|\bv_pk_fma_f32|\bv_fma_mix")
+ADD = re.compile(r"\badd(\.rn)?\.f32|\bv_(pk_)?add_f32")
+
+
+def _compiled_asm(kernel, target: str, levels: int, dtype: str = "fp32") -> str:
+    from rl_kernel.fast import compile_check
+
+    types = {n: "i32" for n in kernel.arg_names} | {"x_ptr": f"*{dtype}", "out_ptr": "*fp32"}
+    backend = compile_check.gpu_target(target).backend
+    compiled = compile_check._compile(kernel, types, {"LEVELS": levels, "BLOCK_C": mode_tree.BLOCK}, target,
+                                      {"num_warps": 4})  # fmt: skip
+    return compiled.asm["ptx" if backend == "cuda" else "amdgcn"]
+
+
+@pytest.mark.slow
+def test_the_kernel_compiles_for_every_target_to_adds_alone() -> None:
+    need_triton()
+    from rl_kernel.fast import compile_check
+
+    for target in compile_check.all_targets():
+        for levels, dtype in ((3, "fp32"), (mode_tree.GROUP_LEVELS, "bf16")):
+            asm = _compiled_asm(mode_tree._tree_pass_kernel, target, levels, dtype)
+            assert ADD.search(asm) and not FMA.search(asm), (target, levels, FMA.findall(asm)[:3])
+            key = "ptx" if "sm_" in target else "amdgcn"
+            assert not compile_check.ATOMIC_RE[key].search(asm), target
+
+
+@pytest.mark.slow
+def test_the_scan_catches_a_fused_multiply_add() -> None:
+    """The negative control: a tree whose node is left * 1.5 + right compiles to an fma that the scan names."""
+    need_triton()
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def fused(x_ptr, out_ptr, n, count, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr, BLOCK_C: tl.constexpr):
+        G: tl.constexpr = 1 << LEVELS
+        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+        i = tl.program_id(0).to(tl.int64) * G + tl.arange(0, G)
+        t = tl.load(x_ptr + i[:, None] * s_n + c[None, :] * s_c, mask=i[:, None] < n, other=0.0)
+        for level in tl.static_range(LEVELS):
+            left, right = tl.split(tl.permute(tl.reshape(t, (G >> (level + 1), 2, BLOCK_C)), (0, 2, 1)))
+            t = left * 1.5 + right
+        tl.store(out_ptr + c * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
+
+    for target in ("sm_90", "gfx942"):
+        assert FMA.search(_compiled_asm(fused, target, 3)), target
 
 
 @pytest.mark.gpu
@@ -89,8 +140,7 @@ def _check_mutant() -> dict[str, bool]:
         at = i[:, None] * s_n + c[None, :].to(tl.int64) * s_c
         t = tl.load(x_ptr + at, mask=(i[:, None] < n) & (c[None, :] < count), other=0.0).to(tl.float32)
         for level in tl.static_range(LEVELS):
-            half: tl.constexpr = G >> (level + 1)
-            left, right = tl.split(tl.permute(tl.reshape(t, (2, half, BLOCK_C)), (1, 2, 0)))
+            left, right = tl.split(tl.permute(tl.reshape(t, (2, G >> (level + 1), BLOCK_C)), (1, 2, 0)))
             t = left + right
         tl.store(out_ptr + g.to(tl.int64) * o_n + c.to(tl.int64) * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
 
