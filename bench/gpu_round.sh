@@ -25,20 +25,24 @@
 #              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench, PSTEP_ARGS its flags), mbench
 #              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags), fhead (fused_head),
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
-#              RPROF_ARGS its flags)
+#              RPROF_ARGS its flags), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
+#              its flags, RMODES_TAG a suffix for its files)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
-# junitparser and rich travel as wheels in .whl/ (no network there). STEP_TIMEOUT caps each step (default 300 s);
-# RESULTS_TAR (e.g. $OUT/r.tar.gz) is refreshed after every step. A fresh build's _C.so is copied to $OUT (carry it
-# back as kernels/rl_kernel/ to skip the next build).
+# junitparser, rich and a newer transformers travel as wheels in .whl/ (no network there). STEP_TIMEOUT caps each
+# step (default 300 s); RESULTS_TAR (e.g. $OUT/r.tar.gz) is refreshed after every step. A fresh build's _C.so is
+# copied to $OUT (carry it back as kernels/rl_kernel/ to skip the next build).
 set -u
 out=${1:-out}
 shift || true
 steps=${*:-"scan parity golden pytest quick selftest mutations bench"}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/kernels:$PWD/harness:$PWD
-if ! python3 -c 'import junitparser, rich' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=$PYTHONPATH:/tmp/site
+# The carried wheels (.whl/) go first on the path: a carried transformers (continuous batching as served needs
+# >= 5.25) replaces the machine's own. Installed once per machine (/tmp/site persists while it is held).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
 
 # ---- the machine: NVIDIA (CUDA) or AMD (ROCm), and the architecture the build compiles for ----------------
@@ -177,6 +181,9 @@ for s in $steps; do
     rprof) # shellcheck disable=SC2086 # RPROF_ARGS: flags, split on purpose
            step profile-rollout python3 -m bench profile_rollout ${RPROF_ARGS:-} --json "$out/profile_rollout.json" \
              --markdown "$out/profile_rollout.md" ;;
+    rmodes) # shellcheck disable=SC2086 # RMODES_ARGS: flags, split on purpose
+            step "rollout-modes${RMODES_TAG:-}" python3 -m bench rollout_modes --model "${MODEL:-qwen3-1.7b}" \
+              ${RMODES_ARGS:-} --json "$out/rollout_modes${RMODES_TAG:-}.json" ;;
     fhead) step fused-head python3 -m bench fused_head --json "$out/fused_head.json" ;;
     fbench) step fast-bench python3 -m bench fast_tier --json "$out/fast.json" ;;
     tune) step tune tune ;;
