@@ -35,20 +35,23 @@ BLOCK = 64  # independent sums (rows of the last-dim case, columns of the first-
 TYPES = (torch.float32, torch.bfloat16, torch.float16)  # read as fp32 (exactly), summed in fp32
 
 
-@_jit(do_not_specialize=["n", "count", "s_n", "s_c", "o_n", "o_c"])
-def _tree_pass_kernel(x_ptr, out_ptr, n, count, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr, BLOCK_C: tl.constexpr):
+@_jit(do_not_specialize=["n", "count", "blocks"])
+def _tree_pass_kernel(x_ptr, out_ptr, n, count, blocks, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr,
+                      BLOCK_C: tl.constexpr):  # fmt: skip
     """Group g of the reduced axis (elements [g * 2^LEVELS, (g + 1) * 2^LEVELS), +0 past n) for BLOCK_C of the
-    `count` independent sums: their tree node LEVELS levels up, into out[g * o_n + c * o_c] (fp32)."""
+    `count` independent sums: their tree node LEVELS levels up, into out[g * o_n + c * o_c] (fp32). One grid axis,
+    program = g * blocks + the block of sums (a second axis would cap the groups or the blocks at 65 535)."""
     G: tl.constexpr = 1 << LEVELS
-    g = tl.program_id(0)
-    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    i = g.to(tl.int64) * G + tl.arange(0, G)
-    at = i[:, None] * s_n + c[None, :].to(tl.int64) * s_c
+    pid = tl.program_id(0).to(tl.int64)
+    g = pid // blocks
+    c = (pid % blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+    i = g * G + tl.arange(0, G)
+    at = i[:, None] * s_n + c[None, :] * s_c
     t = tl.load(x_ptr + at, mask=(i[:, None] < n) & (c[None, :] < count), other=0.0).to(tl.float32)
     for level in tl.static_range(LEVELS):  # unrolled: each level halves the tile, pairs (2j, 2j + 1) of the axis
         left, right = tl.split(tl.permute(tl.reshape(t, (G >> (level + 1), 2, BLOCK_C)), (0, 2, 1)))
         t = left + right
-    tl.store(out_ptr + g.to(tl.int64) * o_n + c.to(tl.int64) * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
+    tl.store(out_ptr + g * o_n + c * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
 
 
 def padded_width(n: int) -> int:
@@ -79,8 +82,8 @@ def tree_sum(x: torch.Tensor, first: bool) -> torch.Tensor:
         out = torch.empty((groups, count) if first else (count, groups), dtype=torch.float32, device=x.device)
         s_n, s_c = (x2.stride(0), x2.stride(1)) if first else (x2.stride(1), x2.stride(0))
         o_n, o_c = (out.stride(0), out.stride(1)) if first else (out.stride(1), out.stride(0))
-        grid = (groups, triton.cdiv(count, BLOCK))
-        launch(_tree_pass_kernel, grid, x2, out, n, count, s_n, s_c, o_n, o_c, LEVELS=levels, BLOCK_C=BLOCK,
-               num_warps=4)  # fmt: skip
+        blocks = triton.cdiv(count, BLOCK)
+        launch(_tree_pass_kernel, (groups * blocks,), x2, out, n, count, blocks, s_n, s_c, o_n, o_c, LEVELS=levels,
+               BLOCK_C=BLOCK, num_warps=4)  # fmt: skip
         x2, n, width = out, groups, width >> levels
     return x2.reshape(kept)

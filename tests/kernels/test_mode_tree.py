@@ -75,7 +75,7 @@ def test_the_scan_catches_a_fused_multiply_add() -> None:
     import triton.language as tl
 
     @triton.jit
-    def fused(x_ptr, out_ptr, n, count, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr, BLOCK_C: tl.constexpr):
+    def fused(x_ptr, out_ptr, n, count, blocks, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr, BLOCK_C: tl.constexpr):
         G: tl.constexpr = 1 << LEVELS
         c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
         i = tl.program_id(0).to(tl.int64) * G + tl.arange(0, G)
@@ -132,17 +132,19 @@ def _check_mutant() -> dict[str, bool]:
     import triton.language as tl
 
     @triton.jit
-    def far_pairs(x_ptr, out_ptr, n, count, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr, BLOCK_C: tl.constexpr):
+    def far_pairs(x_ptr, out_ptr, n, count, blocks, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr,
+                  BLOCK_C: tl.constexpr):  # fmt: skip
         G: tl.constexpr = 1 << LEVELS
-        g = tl.program_id(0)
-        c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-        i = g.to(tl.int64) * G + tl.arange(0, G)
-        at = i[:, None] * s_n + c[None, :].to(tl.int64) * s_c
+        pid = tl.program_id(0).to(tl.int64)
+        g = pid // blocks
+        c = (pid % blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
+        i = g * G + tl.arange(0, G)
+        at = i[:, None] * s_n + c[None, :] * s_c
         t = tl.load(x_ptr + at, mask=(i[:, None] < n) & (c[None, :] < count), other=0.0).to(tl.float32)
         for level in tl.static_range(LEVELS):
             left, right = tl.split(tl.permute(tl.reshape(t, (2, G >> (level + 1), BLOCK_C)), (1, 2, 0)))
             t = left + right
-        tl.store(out_ptr + g.to(tl.int64) * o_n + c.to(tl.int64) * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
+        tl.store(out_ptr + g * o_n + c * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
 
     mode_tree._tree_pass_kernel = far_pairs
     cases = [((7, 100), False), ((520, 130), True)]
