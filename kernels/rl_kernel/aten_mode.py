@@ -17,7 +17,9 @@ embedding's weight gradient (`embedding_dense_backward`) as the tier's fixed-ord
 and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as numerics.md section
 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and `index_add` one add at a
 time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree. `_grouped_mm` is
-refused by name. An mm is the tier's `linear` of the second operand's transpose (or the tier's own `mm`, the fast
+refused by name. Above the aten level, a hand-written norm whose forward is Llama's RMSNorm word for word (transformers'
+Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral, Phi-3) is the tier's fused `rms_norm` too (rl_kernel.mode_norms), as patch()
+serves it. An mm is the tier's `linear` of the second operand's transpose (or the tier's own `mm`, the fast
 tier's: its linear's forward, dX or dW kernel by the operands' layouts), so `F.linear` under the mode gives the tier's
 `linear`'s bits, forward and dX / dW (autograd's dW = x^T dy is a chain over the rows in order, the
 patch's products in the same order). A dtype the tier lacks is served by its fallback tier's kernels (the fast
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rl_kernel import tiers
+from rl_kernel import mode_norms, tiers
 from rl_kernel.mode_ops import (
     ModeError,
     index_add,
@@ -142,6 +144,7 @@ def enable(tier: str = "exact") -> None:
                     library.impl(name, serve if mine or name in EVERY_DEVICE else _refuse(t, name, key), k)
     with _LOCK:
         _STACK.append(_Active(t.name, library))
+        mode_norms.serve(t.name)
 
 
 def disable() -> None:
@@ -150,6 +153,7 @@ def disable() -> None:
         if not _STACK:
             raise ModeError("rl_kernel.mode: disable() without an enabled mode")
         top = _STACK.pop()
+        mode_norms.serve(_STACK[-1].tier if _STACK else None)
     top.library._destroy()
 
 
