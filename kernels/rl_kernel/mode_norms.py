@@ -73,14 +73,14 @@ def _serve(cls: type, tier: str) -> None:
     cls.forward = _served_forward(tier, _ORIGINAL[cls])
 
 
-def _subclasses(root: type) -> list[type]:
-    seen, todo = [], [root]
+def _subclasses(root: type) -> set[type]:
+    found, todo = set(), [root]
     while todo:
         for sub in todo.pop().__subclasses__():
-            if sub not in seen:
-                seen.append(sub)
+            if sub not in found:
+                found.add(sub)
                 todo.append(sub)
-    return seen
+    return found
 
 
 def serve(tier: str | None) -> None:

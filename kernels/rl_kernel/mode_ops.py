@@ -174,7 +174,7 @@ def tree_adds(x: torch.Tensor, first: bool) -> torch.Tensor:
 
 def _tree(rows: torch.Tensor, dim: int) -> torch.Tensor:
     """tree_sum of rows already in the accumulating type, or of bf16 / fp16 rows the kernel widens as it reads."""
-    if rows.dtype != torch.float32 and rows.dtype in mode_tree.TYPES and rows.shape[dim] and mode_tree.available(rows):
+    if rows.dtype != torch.float32 and rows.shape[dim] and mode_tree.available(rows):
         return mode_tree.tree_sum(rows, dim == 0 and rows.dim() > 1)
     return tree_sum(rows, dim)
 

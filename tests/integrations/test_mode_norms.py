@@ -5,6 +5,7 @@ the mode is served as well; nothing stays after the last exit."""
 from __future__ import annotations
 
 import importlib
+import types
 
 import pytest
 import torch
@@ -53,46 +54,33 @@ def test_a_models_norms_are_the_tiers_under_the_mode_and_their_own_after(family:
     assert all(torch.equal(_bits(n(x)), _bits(o)) for n, x, o in zip(norms, xs, own, strict=True))
 
 
-def _llama_copy(name: str, changed: bool = False) -> type:
-    """A class written in the test (as an engine's own would be): Llama's forward, or one constant changed."""
-    scale = 1.0 if changed else None
+def _with_keepdim_false(fn: types.FunctionType) -> types.FunctionType:
+    """fn with its one True constant (mean's keepdim) turned False: Llama's formula but for one constant."""
+    consts = tuple(False if c is True else c for c in fn.__code__.co_consts)
+    return types.FunctionType(fn.__code__.replace(co_consts=consts), fn.__globals__, fn.__name__)
 
-    class Norm(nn.Module):
-        def __init__(self, n: int) -> None:
-            super().__init__()
-            self.weight = nn.Parameter(torch.full((n,), 1.5))
-            self.variance_epsilon = 1e-6
 
-        if scale is None:
+def _norm_type(name: str, forward: types.FunctionType = mode_norms.llama_rms_norm) -> type:
+    """A norm class made in the test (as an engine's own would be), with the given forward."""
 
-            def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-                input_dtype = hidden_states.dtype
-                hidden_states = hidden_states.to(torch.float32)
-                variance = hidden_states.pow(2).mean(-1, keepdim=True)
-                hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-                return self.weight * hidden_states.to(input_dtype)
-        else:
+    def __init__(self, n: int) -> None:
+        nn.Module.__init__(self)
+        self.weight = nn.Parameter(torch.full((n,), 1.5))
+        self.variance_epsilon = 1e-6
 
-            def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-                input_dtype = hidden_states.dtype
-                hidden_states = hidden_states.to(torch.float32)
-                variance = hidden_states.pow(2).mean(-1, keepdim=False)
-                hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-                return self.weight * hidden_states.to(input_dtype)
-
-    Norm.__name__ = name
-    return Norm
+    return type(name, (nn.Module,), {"__init__": __init__, "forward": forward})
 
 
 def test_a_class_made_inside_the_mode_is_served_and_a_changed_formula_is_not() -> None:
     with aten_mode.mode("exact"):
-        same, changed = _llama_copy("SameNorm")(8), _llama_copy("ChangedNorm", changed=True)(8)
+        same = _norm_type("SameNorm")(8)
+        changed = _norm_type("ChangedNorm", _with_keepdim_false(mode_norms.llama_rms_norm))(8)
         assert mode_norms.served(same) == "exact" and mode_norms.served(changed) is None
         x = torch.randn(8)  # a vector: keepdim=False broadcasts the same, so the changed one still runs
         assert torch.equal(_bits(same(x)), _bits(exact_rms_norm(x, same.weight, same.variance_epsilon)))
         assert changed(x).shape == (8,)
     assert mode_norms.served(same) is None and "__init_subclass__" not in nn.Module.__dict__
-    late = _llama_copy("LateNorm")(8)  # made after the mode: its own forward
+    late = _norm_type("LateNorm")(8)  # made after the mode: its own forward
     assert mode_norms.served(late) is None
 
 
@@ -122,8 +110,8 @@ def test_anothers_subclass_hook_is_kept() -> None:
     nn.Module.__init_subclass__ = classmethod(lambda cls, **kw: calls.append(cls.__name__))
     try:
         with aten_mode.mode("exact"):
-            made = _llama_copy("HookedNorm")(4)
-            assert mode_norms.served(made) is None and calls == ["Norm"]
+            made = _norm_type("HookedNorm")(4)
+            assert mode_norms.served(made) is None and calls == ["HookedNorm"]
         assert "__init_subclass__" in nn.Module.__dict__
     finally:
         del nn.Module.__init_subclass__
