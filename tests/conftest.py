@@ -38,9 +38,11 @@ def device(request: pytest.FixtureRequest) -> str:
 CONTAINERS = {"client", "cpu_image"}  # fixtures of the container tests (the Docker engine): slow by nature
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m`'s selection: `-m gpu` must find every test that needs the GPU
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("gpu") is not None:
+        if needs_gpu(item):
+            item.add_marker(pytest.mark.gpu)
             item.add_marker(requires_gpu)
         if CONTAINERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
@@ -48,6 +50,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # ones: xdist hands tests out one at a time in this order (--maxschedchunk 1), and a long test that starts
     # last would set the end of the run.
     items.sort(key=_order)
+
+
+def needs_gpu(item: pytest.Item) -> bool:
+    """Marked `gpu` (the test, or one of its parameters), or run with a parameter device = "cuda"."""
+    if item.get_closest_marker("gpu") is not None:
+        return True
+    spec = getattr(item, "callspec", None)
+    return spec is not None and spec.params.get("device") == "cuda"
 
 
 def _order(item: pytest.Item) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import requires_gpu
 
 import rl_kernel
 from rl_kernel import aten_mode, models
@@ -22,8 +21,8 @@ VOCAB, NEW = 211, 5  # test_transformers.py's sizes: the stock model's generate(
 # (tier, device, dtypes): the fast tier has bf16 / fp16 and a GPU only
 PLACES = [
     pytest.param("exact", "cpu", ("fp32", "bf16"), id="exact-cpu"),
-    pytest.param("exact", "cuda", ("fp32", "bf16"), id="exact-cuda", marks=requires_gpu),
-    pytest.param("fast", "cuda", ("bf16",), id="fast-cuda", marks=requires_gpu),
+    pytest.param("exact", "cuda", ("fp32", "bf16"), id="exact-cuda", marks=pytest.mark.gpu),
+    pytest.param("fast", "cuda", ("bf16",), id="fast-cuda", marks=pytest.mark.gpu),
 ]
 
 
