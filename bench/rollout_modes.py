@@ -13,10 +13,11 @@ Modes (transformers' generate() on the same weights, one process, greedy, prompt
   prompts unpadded); stock's engine on SDPA (auto_switch_to_flash off, as for a patched model, whose generate_batch is
   rl_kernel.integrations.paged's). Its bits are compared through the engine's log-probabilities of the chosen tokens
   (paged.engine_logprobs of the forward's logit rows): the engine keeps no logits.
-Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call (the
-compile, for the compiled mode). The bits: at --check-at prompts (default the smallest count timed), each mode's
-generate() logits against the training forward of the generated sequences (the batch left padded, and each sequence
-alone), elements that differ counted on integer views. On a machine without a GPU, --model tiny checks the script
+Each figure is the median of --reps synced calls (a host sync before and after) after one warm-up call: the compiled
+mode's compiles, at --new tokens; the other modes' loads their kernels, at --warmup-new (default 16). The bits: at
+--check-at prompts (default the smallest count timed), each mode's generate() logits against the training forward
+of the generated sequences (the batch left padded, and each sequence alone), elements that differ counted on integer
+views. On a machine without a GPU, --model tiny checks the script
 (compiled on the CPU too).
 """
 
@@ -33,6 +34,7 @@ from rl_kernel.integrations import generation, paged
 
 BATCHED = "batched"  # transformers' continuous batching (generate_batch), not a generate() mode
 MODES = (*generation.ROLLOUT_MODES, BATCHED)
+WARMUP_NEW = 16  # new tokens of an uncompiled mode's warm-up call (warmup_tokens)
 
 
 def mode_kwargs(mode: str) -> dict:
@@ -95,17 +97,31 @@ def differing(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((int_view(a) != int_view(b)).sum())
 
 
-def throughput(model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str, reps: int) -> dict[str, float]:
+def warmup_tokens(mode: str, new: int, asked: int | None) -> int:
+    """New tokens of the warm-up call: the compiled mode's must be the timed call's (its static cache, and so its
+    graphs, are sized by prompt + new tokens); the others only load their kernels, which a few tokens do: 16 steps, so
+    that a key length divisible by 16 (a Triton specialization of an integer argument) comes up among them."""
+    if mode == "compiled":
+        return new
+    return min(new, WARMUP_NEW if asked is None else asked)
+
+
+def throughput(
+    model, ids: torch.Tensor, mask: torch.Tensor, new: int, mode: str, reps: int, warmup_new: int | None = None
+) -> dict[str, float]:
     kw = mode_kwargs(mode)
-    if mode == BATCHED:
-        call = lambda: generate_batched(model, ids, mask, new)  # noqa: E731
-    else:
-        call = lambda: rollout.generate(model, ids, mask, new, keep_logits=False, **kw)  # noqa: E731
+
+    def call(n: int = new) -> object:
+        if mode == BATCHED:
+            return generate_batched(model, ids, mask, n)
+        return rollout.generate(model, ids, mask, n, keep_logits=False, **kw)
+
+    warm = warmup_tokens(mode, new, warmup_new)
     t0 = time.monotonic()
-    call()  # the warm-up: the compile, in that mode
+    call(warm)  # the warm-up: the compile, in that mode
     first = time.monotonic() - t0
     s = timing.synced({mode: call}, reps, 0)[mode]
-    return {"synced_s": s, "tokens_per_s": ids.shape[0] * new / s, "first_call_s": first}
+    return {"synced_s": s, "tokens_per_s": ids.shape[0] * new / s, "first_call_s": first, "warmup_new": warm}
 
 
 def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> dict:
@@ -119,7 +135,7 @@ def run_tier(model, tier: str, args, batches: dict[int, tuple[torch.Tensor, torc
             for b, (ids, mask) in batches.items():
                 if b not in args.counts:  # the bits check's batch only
                     continue
-                res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps)
+                res[f"{mode} {b}"] = throughput(model, ids, mask, args.new, mode, args.reps, args.warmup_new)
                 print(f"{tier} {mode} {b} prompts: {json.dumps(res[f'{mode} {b}'])}", flush=True)
             torch.compiler.reset()  # the next mode or tier compiles afresh (cudagraph trees freed)
     return res
@@ -150,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--check-new", type=int, default=None, help="new tokens of the bits check (default --new)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup-new", type=int, default=None,
+                    help="new tokens of a warm-up call (default 16; the compiled mode's: --new)")  # fmt: skip
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     args.modes = args.modes.split(",")

@@ -162,9 +162,18 @@ def test_rollout_modes_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
         assert bits["batch, left padded"] == bits["each sequence alone"] == 0 < bits["elements"], (mode, bits)
         assert record["exact"][f"{mode} 3"]["tokens_per_s"] > 0 and record["stock"][f"{mode} 3"]["tokens_per_s"] > 0
         assert f"{mode} 4" not in record["exact"] and bits["elements"] % 4 == 0, bits  # 4 prompts checked, not timed
+        assert record["exact"][f"{mode} 3"]["warmup_new"] == 4  # --new 4: no warm-up past the timed length
     assert record["stock"]["eager bits"]["batch, left padded"] > 0  # the control: stock's rollout differs
     assert record["stock"]["batched bits"]["each sequence alone"] > 0  # and its continuous batching
     assert record["exact"]["batched bits"]["tokens not the forward's argmax"] == 0
+
+
+def test_rollout_modes_warms_up_the_compiled_mode_at_the_timed_length_and_the_others_briefly() -> None:
+    from bench.rollout_modes import warmup_tokens
+
+    assert warmup_tokens("compiled", 256, None) == warmup_tokens("compiled", 256, 4) == 256  # its graphs' cache size
+    assert warmup_tokens("eager", 256, None) == warmup_tokens("batched", 256, None) == 16
+    assert warmup_tokens("static", 256, 4) == 4 and warmup_tokens("eager", 8, None) == 8  # never past --new
 
 
 def test_profile_rollout_attributes_a_generate_on_the_cpu(tmp_path: Path) -> None:
