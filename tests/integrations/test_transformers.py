@@ -8,6 +8,8 @@ Tests that take `device` run on the CPU and, where there is one, on the GPU; `cp
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import transformers
@@ -251,8 +253,34 @@ def test_bad_calls_are_named() -> None:
         model(input_ids=ids, attention_mask=torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]))
     with pytest.raises(ValueError, match="position_ids differ"):
         model(input_ids=ids, attention_mask=torch.ones(2, 4, dtype=torch.long), position_ids=torch.zeros(2, 4).long())
+    with pytest.raises(ValueError, match="one run of 1s"):  # both checks in one read: the mask's is named first
+        model(input_ids=ids, attention_mask=torch.tensor([[1, 0, 1, 1], [1, 1, 1, 1]]), position_ids=torch.zeros(2, 4))
     with pytest.raises(ValueError, match="temperature must be > 0"):
         hf.GumbelSampler(0, temperature=0.0)
+
+
+@pytest.mark.gpu
+def test_a_patched_forward_reads_its_checks_in_one_host_sync() -> None:
+    """The checks of a forward (the mask's runs, the caller's position_ids) are read in one host sync: passing
+    position_ids adds none (eager generate() is host-bound, and each sync drains the queue)."""
+    model = patched("llama", "bf16", "cuda")
+    ids, mask = torch.ones(2, 4, dtype=torch.long, device="cuda"), torch.ones(2, 4, dtype=torch.long, device="cuda")
+
+    def syncs(**kw: torch.Tensor) -> int:
+        model(input_ids=ids, attention_mask=mask, **kw)  # the kernels load, the tables are copied
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                model(input_ids=ids, attention_mask=mask, **kw)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    alone = syncs()
+    assert alone >= 1  # the control: the counter sees the mask check's read
+    assert syncs(position_ids=mask.cumsum(-1) - 1) == alone
 
 
 @pytest.mark.gpu

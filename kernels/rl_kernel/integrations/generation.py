@@ -13,22 +13,23 @@ import torch
 import transformers
 from torch import nn
 
-from rl_kernel.exact.decoder.ops import positions_from_mask
+from rl_kernel.exact.decoder.ops import positions_and_flag
 
 
 # ---- what the patched forward reads: positions from the mask -----------------------------------------------------
 def positions(
     attention_mask: torch.Tensor, past: int | torch.Tensor, new: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(position_ids [B, new], q_pos [B, new], k_start [B]) of the `new` tokens after `past` ones (an int, or a
-    0-d tensor: a static cache's running length, no host sync) of a [B, slots] mask with one run of 1s per row
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(position_ids [B, new], q_pos [B, new], k_start [B], bad) of the `new` tokens after `past` ones (an int, or
+    a 0-d tensor: a static cache's running length, no host sync) of a [B, slots] mask with one run of 1s per row
     (slots >= past + new; a static cache's mask is zero past its tokens): position = 1s so far - 1 (0 on
-    padding), q_pos = the token's slot, k_start = the row's first 1."""
-    _, k_start = positions_from_mask(attention_mask)
+    padding), q_pos = the token's slot, k_start = the row's first 1; bad, unread (no host sync here): whether a
+    row has other than one run (positions_and_flag)."""
+    _, k_start, bad = positions_and_flag(attention_mask)
     b = attention_mask.shape[0]
     q_pos = (torch.arange(new, device=attention_mask.device) + past).expand(b, new).contiguous()
     pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0).gather(1, q_pos)
-    return pos, q_pos, k_start
+    return pos, q_pos, k_start, bad
 
 
 def key_mask(

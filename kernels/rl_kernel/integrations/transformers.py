@@ -42,6 +42,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rl_kernel import head, tiers
 from rl_kernel._validate import compiling
+from rl_kernel.exact.decoder.ops import MASK_RUNS_ERROR
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations import generation
@@ -175,18 +176,31 @@ def _model_forward(original: Callable) -> Callable:
                     args_[name] = args_[name].long()
             return original(**args_)
         mask, past = key_mask(args_.get("attention_mask"), b, t, cache, ref.device, args_.get("cache_position"))
-        pos, q_pos, k_start = positions(mask, past, t)
-        given = args_.get("position_ids")
-        differs = None if given is None or compiling() else (given.to(pos.device) != pos) & (mask.gather(1, q_pos) != 0)
-        if differs is not None and bool(differs.any()):
-            raise ValueError(
-                "rl_kernel: position_ids differ from those of the attention mask (1s so far - 1); packed or "
-                "shifted positions are not supported in the exact tier: pass the mask alone"
-            )
+        pos, q_pos, k_start, bad_runs = positions(mask, past, t)
+        if not compiling():
+            _check_positions(bad_runs, args_.get("position_ids"), pos, mask, q_pos)
         args_["position_ids"] = pos
         return original(**args_, rl_q_pos=q_pos, rl_k_start=k_start)
 
     return forward
+
+
+def _check_positions(
+    bad_runs: torch.Tensor, given: torch.Tensor | None, pos: torch.Tensor, mask: torch.Tensor, q_pos: torch.Tensor
+) -> None:
+    """The mask's one run of 1s per row and the caller's position_ids (if any) against the mask's, read in one host
+    sync: a decode step of an eager generate() pays one, as stock's does, not one per check."""
+    flags = [bad_runs]
+    if given is not None:
+        flags.append(((given.to(pos.device) != pos) & (mask.gather(1, q_pos) != 0)).any())
+    read = torch.stack(flags).tolist()
+    if read[0]:
+        raise ValueError(MASK_RUNS_ERROR)
+    if read[1:] and read[1]:
+        raise ValueError(
+            "rl_kernel: position_ids differ from those of the attention mask (1s so far - 1); packed or "
+            "shifted positions are not supported in the exact tier: pass the mask alone"
+        )
 
 
 # ---- what a model must be --------------------------------------------------------------------------

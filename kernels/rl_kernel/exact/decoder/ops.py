@@ -367,10 +367,22 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None =
     return _Embedding.apply(ids, weight, padding_idx)
 
 
+MASK_RUNS_ERROR = "rl_kernel: every attention_mask row needs one run of 1s (left or right padding only)"
+
+
 def positions_from_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(q_pos, k_start) of a prefill over a [batch, seq] mask of 1s (tokens) and 0s (padding) whose 1s are
     one run (left or right padding): k_start[b] = the first 1, q_pos[b, t] = t. Rows on padding see
     no key or only real ones; their outputs are padding too."""
+    q_pos, k_start, bad = positions_and_flag(attention_mask)
+    if not compiling() and bool(bad):  # a host sync: checked in eager calls only
+        raise ValueError(MASK_RUNS_ERROR)
+    return q_pos, k_start
+
+
+def positions_and_flag(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """positions_from_mask's (q_pos, k_start) and, unread, whether a row has other than one run of 1s (a 0-d bool
+    on the mask's device): a caller with other checks reads them all in one host sync (MASK_RUNS_ERROR)."""
     mask = attention_mask.to(torch.bool)
     if mask.dim() != 2:
         raise ValueError(f"rl_kernel: attention_mask must be [batch, seq], got {tuple(mask.shape)}")
@@ -378,6 +390,4 @@ def positions_from_mask(attention_mask: torch.Tensor) -> tuple[torch.Tensor, tor
     idx = torch.arange(t, device=mask.device).expand(b, t)
     first = torch.where(mask, idx, t).min(dim=1).values
     runs = mask[:, :1].long().sum(dim=1) + (mask[:, 1:] & ~mask[:, :-1]).long().sum(dim=1)
-    if not compiling() and bool((runs != 1).any()):  # a host sync: checked in eager calls only
-        raise ValueError("rl_kernel: every attention_mask row needs one run of 1s (left or right padding only)")
-    return idx.contiguous(), first.clamp(max=t - 1).contiguous()
+    return idx.contiguous(), first.clamp(max=t - 1).contiguous(), (runs != 1).any()
