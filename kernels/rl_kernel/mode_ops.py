@@ -173,8 +173,9 @@ def tree_adds(x: torch.Tensor, first: bool) -> torch.Tensor:
 
 
 def _tree(rows: torch.Tensor, dim: int) -> torch.Tensor:
-    """tree_sum of rows already in the accumulating type, or of bf16 / fp16 rows the kernel widens as it reads."""
-    if rows.dtype != torch.float32 and rows.shape[dim] and mode_tree.available(rows):
+    """tree_sum of rows in the accumulating type, or mode_tree's kernel of bf16 / fp16 rows (reduce leaves them
+    unwidened only where the kernel reads them: it widens as it reads)."""
+    if rows.dtype in (torch.bfloat16, torch.float16):
         return mode_tree.tree_sum(rows, dim == 0 and rows.dim() > 1)
     return tree_sum(rows, dim)
 

@@ -69,9 +69,7 @@ def tree_sum(x: torch.Tensor, first: bool) -> torch.Tensor:
     order: the same bits. x is read in its own dtype (bf16 and fp16 widen exactly)."""
     n = x.shape[0] if first else x.shape[-1]
     kept = x.shape[1:] if first else x.shape[:-1]
-    x2 = x.reshape(n, -1) if first else x.reshape(-1, n)
-    if not x2.is_contiguous():
-        x2 = x2.contiguous()
+    x2 = (x.reshape(n, -1) if first else x.reshape(-1, n)).contiguous()
     count = x2.shape[1] if first else x2.shape[0]
     width = padded_width(n)  # mode_ops.tree_adds's: the same tree
     if count == 0:

@@ -125,30 +125,28 @@ def _check_bits(device: str, cases) -> dict[str, bool]:
     return res
 
 
+PAIRS = "tl.reshape(t, (G >> (level + 1), 2, BLOCK_C)), (0, 2, 1)"  # mode_tree's pairs (2j, 2j + 1)
+FAR_PAIRS = "tl.reshape(t, (2, G >> (level + 1), BLOCK_C)), (1, 2, 0)"  # the mutant's (j, j + G/2)
+
+
 def _check_mutant() -> dict[str, bool]:
-    """The kernel with each level's pairs (j, j + G/2) instead of (2j, 2j + 1): the same checks (on multi-level rows)
-    must fail."""
-    import triton
-    import triton.language as tl
+    """mode_tree with each level's pairs (j, j + G/2) instead of (2j, 2j + 1), made from its own source: the same
+    checks (on multi-level rows) must fail."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
 
-    @triton.jit
-    def far_pairs(x_ptr, out_ptr, n, count, blocks, s_n, s_c, o_n, o_c, LEVELS: tl.constexpr,
-                  BLOCK_C: tl.constexpr):  # fmt: skip
-        G: tl.constexpr = 1 << LEVELS
-        pid = tl.program_id(0).to(tl.int64)
-        g = pid // blocks
-        c = (pid % blocks) * BLOCK_C + tl.arange(0, BLOCK_C)
-        i = g * G + tl.arange(0, G)
-        at = i[:, None] * s_n + c[None, :] * s_c
-        t = tl.load(x_ptr + at, mask=(i[:, None] < n) & (c[None, :] < count), other=0.0).to(tl.float32)
-        for level in tl.static_range(LEVELS):
-            left, right = tl.split(tl.permute(tl.reshape(t, (2, G >> (level + 1), BLOCK_C)), (1, 2, 0)))
-            t = left + right
-        tl.store(out_ptr + g * o_n + c * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
-
-    mode_tree._tree_pass_kernel = far_pairs
-    cases = [((7, 100), False), ((520, 130), True)]
-    return {k: v for k, v in _check_bits("cpu", cases).items() if "-0" not in k}
+    source = Path(mode_tree.__file__).read_text()
+    assert source.count(PAIRS) == 1, "mode_tree's pairing line moved: update PAIRS / FAR_PAIRS"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "far_pairs_tree.py"  # a file: Triton's jit reads the kernel's source
+        path.write_text(source.replace(PAIRS, FAR_PAIRS))
+        spec = importlib.util.spec_from_file_location("far_pairs_tree", path)
+        mutant = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mutant)
+        mode_tree._tree_pass_kernel = mutant._tree_pass_kernel
+        cases = [((7, 100), False), ((520, 130), True)]
+        return {k: v for k, v in _check_bits("cpu", cases).items() if "-0" not in k}
 
 
 if __name__ == "__main__":

@@ -193,10 +193,10 @@ def _check_positions(
     flags = [bad_runs]
     if given is not None:
         flags.append(((given.to(pos.device) != pos) & (mask.gather(1, q_pos) != 0)).any())
-    read = torch.stack(flags).tolist()
-    if read[0]:
+    runs_bad, *positions_bad = torch.stack(flags).tolist()
+    if runs_bad:
         raise ValueError(MASK_RUNS_ERROR)
-    if read[1:] and read[1]:
+    if any(positions_bad):
         raise ValueError(
             "rl_kernel: position_ids differ from those of the attention mask (1s so far - 1); packed or "
             "shifted positions are not supported in the exact tier: pass the mask alone"
