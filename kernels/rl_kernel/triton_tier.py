@@ -153,24 +153,37 @@ def require_triton(tier: str) -> None:
 # Triton's `kernel[grid](...)` binds and specializes every argument, builds a cache key and launch metadata, and its
 # launcher asks the driver about every tensor's pointer (cuPointerGetAttribute) on each call: at decode sizes more
 # host time than the kernel's device time (bench launch_cost). `launch` keeps the CompiledKernel Triton's own launch
-# chose, under a key finer than Triton's specialization (each plain argument's type and value; each tensor's dtype,
-# 16-byte alignment and device; the constexprs and options by value), and calls its launcher directly next time,
-# tensors passed as the pointers Triton read from them: the same binary, the same arguments, the same bits.
+# chose, under a key at least as fine as Triton's specialization (each int by the classes Triton specializes it on,
+# each other plain argument and every constexpr by type and value; each tensor's dtype, 16-byte alignment and
+# device; the options by value), and calls its launcher directly next time, tensors passed as the pointers Triton
+# read from them: the same binary, the same arguments, the same bits. An int keyed by its class, not its value, is
+# what lets a decode step's attention (a new key count and cache strides every step) keep its launch.
 _LAUNCHED: dict[tuple, Any] = {}
-_KEPT = 4096  # kept launches before the table starts over (a key per distinct int argument, e.g. each M)
+_KEPT = 4096  # kept launches before the table starts over
 _PLAIN = frozenset({int, float, bool, type(None)})
+_I32, _I64 = 2**31, 2**63
 
 
 class _Uncached(Exception):
     pass
 
 
-def _flatten(values: tuple) -> tuple[list, list]:
-    """(the key's part for the arguments, the arguments as the launcher takes them: tensors as device pointers)."""
+def int_class(v: int) -> tuple[bool, bool, int]:
+    """What Triton specializes an int argument on (triton's native_specialize_impl): == 1 (a constant), a multiple
+    of 16 (divisibility), and its type (i32, i64, u64). Two ints of one class take one compiled kernel."""
+    return v == 1, v % 16 == 0, (-_I32 <= v < _I32) + (-_I64 <= v < _I64)
+
+
+def _flatten(values: tuple, constexprs: frozenset[int]) -> tuple[list, list]:
+    """(the key's part for the arguments, the arguments as the launcher takes them: tensors as device pointers).
+    Positions in `constexprs` are keyed by value (Triton compiles their value in)."""
     key, flat = [], []
-    for v in values:
+    for i, v in enumerate(values):
         t = type(v)
-        if t in _PLAIN:
+        if t is int and i not in constexprs:
+            key += (t, int_class(v))
+            flat.append(v)
+        elif t in _PLAIN:
             key += (t, v)
             flat.append(v)
         elif isinstance(v, torch.Tensor):
@@ -180,6 +193,20 @@ def _flatten(values: tuple) -> tuple[list, list]:
         else:
             raise _Uncached  # a tensor descriptor, a tuple, ...: Triton's own launch, every call
     return key, flat
+
+
+_KERNELS: dict[int, tuple[Any, frozenset[int]]] = {}  # id(kernel) -> (the kernel, kept alive: its id stays its own)
+
+
+def _constexprs(kernel: Any) -> frozenset[int]:
+    """The positions of a kernel's constexpr parameters (all of them, keyed by value, where Triton does not say).
+    Looked up by id, not by hash: a JITFunction's hash is its source's."""
+    kept = _KERNELS.get(id(kernel))
+    if kept is None or kept[0] is not kernel:
+        found = getattr(kernel, "constexprs", None)
+        kept = (kernel, frozenset(range(len(kernel.arg_names))) if found is None else frozenset(found))
+        _KERNELS[id(kernel)] = kept
+    return kept[1]
 
 
 @functools.cache
@@ -211,7 +238,7 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
         kernel[grid](*args, **kwargs)
         return
     try:
-        key, flat = _flatten((*args, *(kwargs[n] for n in kernel.arg_names[len(args) :])))
+        key, flat = _flatten((*args, *(kwargs[n] for n in kernel.arg_names[len(args) :])), _constexprs(kernel))
         device = torch.cuda.current_device()
         key = (id(kernel), device, tuple(kwargs.items()), *key)
         compiled = _LAUNCHED.get(key)

@@ -295,3 +295,51 @@ def test_cpu_equals_gpu(family: str) -> None:
     f_cpu = M.forward_views(cpu_model, r_cpu, p, "cpu")["batch, right padded"]
     f_gpu = M.forward_views(gpu_model, r_gpu, p, "cuda")["batch, right padded"]
     assert bits_equal(f_gpu, f_cpu), diff(f_gpu, f_cpu)
+
+
+def test_the_mlp_pairs_gate_and_up_only_through_plain_swapped_linears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tier linear with a pair form (the fast tier's: one launch for gate and up) is used for an MLP whose gate and
+    up are the patch's own linears with no hook; a hook (the module's or a global one), an adapter in place of
+    either, or a linear without a pair form (the exact tier's, a control's) gets the two calls it would see."""
+    import torch.nn.functional as F
+
+    model = patched("qwen3", "bf16", "cpu")
+    mlp = model.model.layers[0].mlp
+    x = torch.randn(2, 3, mlp.gate_proj.in_features).bfloat16()
+    paired: list[int] = []
+
+    def pair(x, w1, b1, w2, b2):
+        paired.append(1)
+        return F.linear(x, w1, b1), F.linear(x, w2, b2)
+
+    def used_pair() -> bool:
+        paired.clear()
+        g, u = hf._gate_up(mlp, x, pair)
+        assert bits_equal(g, mlp.gate_proj(x)) and bits_equal(u, mlp.up_proj(x))
+        return bool(paired)
+
+    assert not hasattr(mlp._rl_layers.linear, "pair")  # the exact tier: two calls, as before
+    assert used_pair()
+    handle = mlp.up_proj.register_forward_hook(lambda *a: None)
+    assert not used_pair()
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *a: None)
+    assert not used_pair()
+    handle.remove()
+    assert used_pair()
+    original = mlp.gate_proj
+    mlp.gate_proj = torch.nn.Linear(original.in_features, original.out_features, bias=False).bfloat16()
+    assert not used_pair()
+    mlp.gate_proj = original
+    assert hf._gate_up(mlp, x, None) is not None and not paired
+
+
+def test_the_fast_linears_pair_form_is_its_own_and_a_controls_linear_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pair form travels with the linear it pairs: under the split-K control, the fast tier's linear is the
+    control's, which has none, so the control reaches the MLP's gate and up too."""
+    from rl_kernel import tiers
+
+    fast = tiers.get("fast")
+    assert fast.op("linear").pair is fast.api().linear_pair
+    monkeypatch.setenv(tiers.CONTROL_VAR, "split-k")
+    assert not hasattr(fast.op("linear"), "pair")

@@ -280,6 +280,54 @@ def _check_linear() -> dict[str, bool]:
         (y_split.double() - ref).norm() / ref.norm() < 1e-2
     )
     res.update(_check_tma(g))
+    res.update(_check_pair(g))
+    return res
+
+
+def _check_pair(g: torch.Generator) -> dict[str, bool]:
+    """linear_pair (an MLP's gate and up at a decode step): one launch of the pair kernel for decode rows, the bits
+    of the two linears (a K tail and three K steps, N not a multiple of the tile, with and without biases, leading
+    dims); two launches where it cannot pair (the TMA bucket, one bias, a gradient), the same bits."""
+    lin = fast.linear_kernels
+    k, n1, n2 = 168, 80, 48
+    x = torch.randn(4, 8, k, generator=g).bfloat16()
+    w1, w2 = ((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (n1, n2))
+    b1, b2 = torch.randn(n1, generator=g).bfloat16(), torch.randn(n2, generator=g).bfloat16()
+    launched: list[str] = []
+    real = lin.launch
+
+    def counted(kernel, *args, **kwargs):
+        launched.append(kernel.fn.__name__)
+        return real(kernel, *args, **kwargs)
+
+    lin.launch = counted
+    try:
+
+        def pair(x, *wb) -> tuple[bool, list[str]]:
+            launched.clear()
+            y1, y2 = fast.linear_pair(x, *wb)
+            seen = list(launched)
+            same = _same(y1, fast.linear(x, wb[0], wb[1])) and _same(y2, fast.linear(x, wb[2], wb[3]))
+            return same, seen
+
+        res = {}
+        same, seen = pair(x, w1, None, w2, None)
+        res["pair == two linears (bits), one launch"] = same and seen == ["_gemm_pair_kernel"]
+        same, seen = pair(x, w1, b1, w2, b2)
+        res["pair with biases == two linears (bits), one launch"] = same and seen == ["_gemm_pair_kernel"]
+        same, seen = pair(x, w1, b1, w2, None)
+        res["one bias: two launches, the same bits"] = same and seen == ["_gemm_kernel"] * 2
+        x_big = torch.randn(300, k, generator=g).bfloat16()  # M = 300: the TMA bucket on sm_90
+        same, seen = pair(x_big, w1, None, w2, None)
+        res["TMA bucket: two launches, the same bits"] = same and "_gemm_pair_kernel" not in seen
+        xg = x.clone().requires_grad_()
+        launched.clear()
+        y1, y2 = fast.linear_pair(xg, w1, None, w2, None)
+        res["a gradient: the two linears, each with its autograd"] = (
+            y1.grad_fn is not None and y2.grad_fn is not None and "_gemm_pair_kernel" not in launched
+        )
+    finally:
+        lin.launch = real
     return res
 
 

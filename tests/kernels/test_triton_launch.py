@@ -1,9 +1,10 @@
 """rl_kernel.triton_tier.launch: a Triton kernel launched through the CompiledKernel Triton's own launch chose, kept
 under a key finer than Triton's specialization. On a machine without a GPU, with a stand-in kernel that records
 which path each launch took: a repeat of one launch skips Triton's launch and passes every parameter in order (a
-tensor as its pointer); any change Triton specializes on (dtype, 16-byte alignment, an int's 1 / % 16 / i32 range,
-a bool or float where an int was, a constexpr, an option) goes back through Triton; hooks, the interpreter and
-tensor descriptors always do."""
+tensor as its pointer), and so does another int of the same class (what Triton specializes an int on); any change
+Triton specializes on (dtype, 16-byte alignment, an int's 1 / % 16 / i32 range, a bool or float where an int was, a
+constexpr, by keyword or by position, an option) goes back through Triton; hooks, the interpreter and tensor
+descriptors always do."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class Kernel:
     """A @triton.jit kernel's launch surface: arg_names, pre_run_hooks, kernel[grid](...) returning what it ran."""
 
     arg_names = ("x", "n", "scale", "BLOCK")
+    constexprs = (3,)
 
     def __init__(self) -> None:
         self.pre_run_hooks: list = []
@@ -73,13 +75,52 @@ def test_a_repeat_runs_the_kept_kernel_with_every_parameter_in_order(kernel: Ker
     assert len(kernel.triton_launches) == 1 and kernel.compiled.runs == []
     _launch(kernel, x)
     assert len(kernel.triton_launches) == 1
-    _launch(kernel, x, n=128)  # another int value: a key of its own (finer than Triton's), once through Triton
-    _launch(kernel, x, n=128)
+    _launch(kernel, x, n=128)  # another multiple of 16 in int32: Triton's specialization of 64, the kept kernel
+    _launch(kernel, x, n=17)  # not a multiple of 16: once through Triton, then kept for 33 too
+    _launch(kernel, x, n=33)
     assert len(kernel.triton_launches) == 2
-    first, second = kernel.compiled.runs
+    first, second, third = kernel.compiled.runs
     # Every parameter in order, constexprs included (as Triton passes them), the tensor as its device pointer.
     assert first == (5, 1, 1, 777, "cu-function", "packed", None, None, None, x.data_ptr(), 64, 0.5, 32)
     assert second[-3] == 128 and second[-4] == x.data_ptr()
+    assert third[-3] == 33
+
+
+# Ints Triton types and specializes differently (native_specialize_impl): each class boundary on both sides.
+INTS = (0, 1, 2, 15, 16, 17, 32, 33, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 1, -(2**31), -(2**31) - 1,
+        -(2**31) - 16, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, -(2**63), 2**64 - 16, 2**64 - 1)  # fmt: skip
+
+
+def test_int_class_is_at_least_as_fine_as_tritons_specialization() -> None:
+    """Two ints of one int_class must get one specialization from Triton itself, or a kept kernel would run
+    another int with the wrong one compiled in."""
+    require("triton", HAVE_TRITON)
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    def triton_class(v: int) -> tuple:
+        return native_specialize_impl(BaseBackend, v, False, True, True)
+
+    by_class: dict[tuple, set] = {}
+    for v in INTS:
+        by_class.setdefault(triton_tier.int_class(v), set()).add(triton_class(v))
+    assert all(len(found) == 1 for found in by_class.values()), by_class
+    assert len(by_class) >= 6  # not vacuous: the boundaries above fall in different classes
+
+
+def test_a_positional_constexpr_is_keyed_by_value(kernel: Kernel) -> None:
+    x = torch.zeros(64)
+    triton_tier.launch(kernel, (5,), x, 64, 0.5, 32, num_warps=4)
+    triton_tier.launch(kernel, (5,), x, 64, 0.5, 64, num_warps=4)  # BLOCK 64: another binary
+    assert len(kernel.triton_launches) == 2 and kernel.compiled.runs == []
+
+
+def test_a_kernel_that_names_no_constexprs_keys_every_int_by_value(kernel: Kernel) -> None:
+    kernel.constexprs = None
+    x = torch.zeros(64)
+    _launch(kernel, x, n=64)
+    _launch(kernel, x, n=128)
+    assert len(kernel.triton_launches) == 2 and kernel.compiled.runs == []
 
 
 X = torch.zeros(64)
@@ -128,3 +169,28 @@ def test_hooks_the_interpreter_and_descriptors_take_tritons_launch(
     _launch(kernel, x)
     _launch(kernel, x)
     assert len(kernel.triton_launches) == 7 and kernel.compiled.runs == []
+
+
+@pytest.mark.gpu
+def test_decode_attention_keeps_its_launch_across_key_counts_with_tritons_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode step's attention has a new key count (and cache strides) every step: each launch after the first of
+    its int classes runs the kept kernel, and gives the bits of Triton's own launch of the same arguments."""
+    from rl_kernel.fast.decoder import attention as fa
+
+    monkeypatch.setattr(triton_tier, "_LAUNCHED", {})
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(4, 16, 1, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    kv = torch.randn(2, 4, 8, 340, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k_start = torch.tensor([0, 3, 17, 40], device="cuda")
+
+    def step(tk: int) -> torch.Tensor:
+        k, v = kv[0, :, :, :tk].contiguous(), kv[1, :, :, :tk].contiguous()
+        q_pos = torch.full((4, 1), tk - 1, device="cuda")
+        return fa.forward(q, k, v, q_pos, k_start, 128**-0.5)[0]
+
+    kept = [step(tk) for tk in range(300, 340)]
+    assert len(triton_tier._LAUNCHED) <= 4  # one entry per int class met, not one per step
+    monkeypatch.setattr(triton_tier, "_hooked", lambda kernel: True)  # every launch through Triton's own path
+    own = [step(tk) for tk in range(300, 340)]
+    for tk, a, b in zip(range(300, 340), kept, own, strict=True):
+        assert torch.equal(a.view(torch.int16), b.view(torch.int16)), f"tk = {tk}"

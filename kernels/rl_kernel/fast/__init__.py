@@ -35,6 +35,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return linear_kernels.linear(x, weight, bias)
 
 
+def linear_pair(
+    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(x, w1, b1), linear(x, w2, b2)) with their bits, in one launch where no gradient can flow: an MLP's
+    gate and up projections at a decode step. The pair form of `linear` (linear.pair): a patched MLP takes it only
+    from the linear it would call (a control's linear has none, and its MLP calls it twice)."""
+    check_tensors(TIER, "linear", x=x, weight=w1, bias=b1, weight2=w2, bias2=b2)
+    require_triton(TIER)
+    return linear_kernels.linear_pair(x, w1, b1, w2, b2)
+
+
+linear.pair = linear_pair
+
+
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """a [M, K] @ b [K, N] (+ bias [N]) for rl_kernel.mode: the fast linear's forward, dX or dW kernel, chosen by the
     operands' layouts (linear_kernels.mm_form), so the products autograd makes of F.linear have fast.linear's bits.

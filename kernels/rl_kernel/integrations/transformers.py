@@ -71,7 +71,30 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    return self.down_proj(self._rl_layers.silu_mul(self.gate_proj(x), self.up_proj(x)))
+    L = self._rl_layers
+    return self.down_proj(L.silu_mul(*_gate_up(self, x, getattr(L.linear, "pair", None))))
+
+
+def _gate_up(mlp: nn.Module, x: torch.Tensor, pair: Callable | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """gate_proj(x), up_proj(x): through the tier linear's pair form (one launch, the same bits) where it has one
+    and both are plain swapped linears; a hook, or an adapter that replaced either, sees its own call."""
+    gate, up = mlp.gate_proj, mlp.up_proj
+    if pair is None or not (_plain_linear(gate) and _plain_linear(up)):
+        return gate(x), up(x)
+    return pair(x, gate.weight, gate.bias, up.weight, up.bias)
+
+
+def _plain_linear(m: nn.Module) -> bool:
+    """A linear whose forward is the swapped one and no hook (its own or a global one) would see the call."""
+    hooked = m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks
+    g = nn.modules.module
+    global_hooks = (
+        g._global_forward_hooks
+        or g._global_forward_pre_hooks
+        or g._global_backward_hooks
+        or g._global_backward_pre_hooks
+    )
+    return type(m).forward is _linear_forward and not hooked and not global_hooks
 
 
 def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

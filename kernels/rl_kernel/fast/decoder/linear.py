@@ -101,6 +101,34 @@ def _gemm_tma_kernel(
         _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
+@_jit
+def _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, EVEN_K: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """The fp32 sum of tile (pid_m, pid_n) of A[M, K] @ B[K, N]: from +0, K ascending in steps of BLOCK_K, one dot per
+    step. Returns (acc, offs_m, offs_n)."""
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows/columns past the edge re-read valid ones (modulo): those results are never stored.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k0
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc, offs_m, offs_n
+
+
 @_jit(do_not_specialize=["M"])
 def _gemm_kernel(
     a_ptr,
@@ -127,27 +155,49 @@ def _gemm_kernel(
     """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending.
     ACCUMULATE (an fp32 C): C = C + that result, one fp32 add per element as it is stored."""
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Rows/columns past the edge re-read valid ones (modulo): those results are never stored.
-    rows = (offs_m % M).to(tl.int64)
-    cols = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k0
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
+                                        stride_bn, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
+
+
+@_jit(do_not_specialize=["M"])
+def _gemm_pair_kernel(
+    a_ptr,
+    b_ptr,
+    b2_ptr,
+    c_ptr,
+    c2_ptr,
+    bias_ptr,
+    bias2_ptr,
+    M,
+    N,
+    N2,
+    K,
+    stride_am,
+    stride_bn,
+    stride_b2n,
+    HAS_BIAS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """Two linears of one input in one launch: C = A @ B^T and C2 = A @ B2^T (B [N, K], B2 [N2, K] row-major, C and
+    C2 row-major). The first tiles are C's, the rest C2's, each _gemm_kernel's arithmetic: the bits of two launches
+    (a decode step's gate and up projections, one launch fewer on the host)."""
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    pid = tl.program_id(0)
+    if pid < tiles:
+        pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn,
+                                            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+        _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
+    else:
+        pid_m, pid_n = _tile_of(pid - tiles, M, N2, BLOCK_M, BLOCK_N, GROUP_M)
+        acc, offs_m, offs_n = _pointer_tile(a_ptr, b2_ptr, pid_m, pid_n, M, N2, K, stride_am, 1, 1, stride_b2n,
+                                            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+        _store_tile(acc, c2_ptr, bias2_ptr, offs_m, offs_n, M, N2, N2, 1, HAS_BIAS, False)
 
 
 @_jit(do_not_specialize=["M"])
@@ -269,6 +319,37 @@ def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     n = weight.shape[0]
     cfg = cfg or config_for("linear", target_of(x.device), m=m, n=n, k=k)
     return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias)
+
+
+def _pair_config(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> dict | None:
+    """The one config both linears of a pair take (the pointer kernel's, equal for both), else None."""
+    m, k = x.shape
+    target = target_of(x.device)
+    cfg = config_for("linear", target, m=m, n=w1.shape[0], k=k)
+    same = cfg == config_for("linear", target, m=m, n=w2.shape[0], k=k)
+    return cfg if same and not cfg.get("tma") else None
+
+
+def forward_pair_2d(x: torch.Tensor, w1: torch.Tensor, b1, w2: torch.Tensor, b2) -> tuple[torch.Tensor, torch.Tensor]:
+    """(forward_2d(x, w1, b1), forward_2d(x, w2, b2)) with their bits: one launch of _gemm_pair_kernel where both
+    take one pointer-kernel config (decode rows), row-major operands and both or neither bias; else two launches."""
+    m, k = x.shape
+    cfg = _pair_config(x, w1, w2) if (b1 is None) == (b2 is None) else None
+    row_major = x.stride(1) == 1 and w1.stride(1) == 1 and w2.stride(1) == 1
+    if cfg is None or not row_major or m == 0 or k == 0:
+        return forward_2d(x, w1, b1), forward_2d(x, w2, b2)
+    n1, n2 = w1.shape[0], w2.shape[0]
+    y1 = torch.empty((m, n1), dtype=x.dtype, device=x.device)
+    y2 = torch.empty((m, n2), dtype=x.dtype, device=x.device)
+    bm, bn = cfg["block_m"], cfg["block_n"]
+    tiles = triton.cdiv(m, bm) * (triton.cdiv(n1, bn) + triton.cdiv(n2, bn))
+    launch(
+        _gemm_pair_kernel, (tiles,), x, w1, w2, y1, y2, b1 if b1 is not None else y1, b2 if b2 is not None else y2,
+        m, n1, n2, k, x.stride(0), w1.stride(0), w2.stride(0), HAS_BIAS=b1 is not None, EVEN_K=k % cfg["block_k"] == 0,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **cfg["launch"],
+    )  # fmt: skip
+    return y1, y2
 
 
 def grad_x_2d(
@@ -421,8 +502,7 @@ _linear_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the public entry (rl_kernel.fast.linear checks devices and dtypes first) ---------------------------
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """rl_kernel.fast.linear after its device/dtype checks: shapes, then the kernels (or the op)."""
+def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     if weight.dim() != 2:
         raise ValueError(f"rl_kernel.fast.linear: weight must be [N, K], got {tuple(weight.shape)}")
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
@@ -431,9 +511,29 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         )
     if bias is not None and tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(f"rl_kernel.fast.linear: bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """rl_kernel.fast.linear after its device/dtype checks: shapes, then the kernels (or the op)."""
+    _check_shapes(x, weight, bias)
     # Contiguous operands: the kernel's loads (and so its speed, never its sums) assume row-major inputs.
     x, weight = x.contiguous(), weight.contiguous()
     bias = None if bias is None else bias.contiguous()
     if not needs_autograd(x, weight, bias):
         return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
     return _linear_op(x, weight, bias)
+
+
+def linear_pair(
+    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(linear(x, w1, b1), linear(x, w2, b2)), the same bits: where no gradient can flow, one launch for both
+    (forward_pair_2d); else the two linears, each with its autograd."""
+    _check_shapes(x, w1, b1)
+    _check_shapes(x, w2, b2)
+    if needs_autograd(x, w1, b1, w2, b2):
+        return linear(x, w1, b1), linear(x, w2, b2)
+    x2 = x.contiguous().reshape(-1, x.shape[-1])
+    b1, b2 = (None if b is None else b.contiguous() for b in (b1, b2))
+    y1, y2 = forward_pair_2d(x2, w1.contiguous(), b1, w2.contiguous(), b2)
+    return y1.view(*x.shape[:-1], w1.shape[0]), y2.view(*x.shape[:-1], w2.shape[0])
