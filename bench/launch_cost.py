@@ -15,6 +15,8 @@ host time (a sync before each call, none after: the launch path alone) and its q
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +41,16 @@ def _empty_triton() -> dict:
         "empty Triton kernel": lambda: _store_one[(1,)](out),
         "empty Triton kernel, kept launch": lambda: launch(_store_one, (1,), out),
     }
+
+
+def _cycle(items: list) -> Iterator:
+    while True:
+        yield from items
+
+
+def _attend(fast_attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.Tensor) -> torch.Tensor:
+    k, q_pos = kv_pos
+    return fast_attention.forward(q, k, k, q_pos, k_start, 128**-0.5)
 
 
 def _stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -72,6 +84,10 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     cos32 = torch.rand(batch, 1, 64, device=dev)
     cos_hf = torch.cat([cos32, cos32], -1)[:, None].to(bf)
     gate, up = torch.randn(batch, 1, 6144, device=dev, dtype=bf), torch.randn(batch, 1, 6144, device=dev, dtype=bf)
+    w_gate, w_up = (torch.randn(6144, 2048, device=dev, dtype=bf) * 0.02 for _ in range(2))
+    # A decode step's cache grows by one key per step: the attention called with the next key count each time.
+    k_long = torch.randn(batch, 8, cache + 64, 128, device=dev, dtype=bf)
+    growing = _cycle([(k_long[:, :, : cache + i], torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
     reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
     fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
     return {
@@ -80,6 +96,11 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
             "stock F.linear": lambda: F.linear(x, w),
             "fast linear (public)": lambda: fast["linear"](x, w),
             "fast forward_2d (no wrapper)": lambda: fast_linear.forward_2d(x.view(batch, 2048), w, None),
+        },
+        "gate + up 2048 -> 6144": {
+            "stock: two F.linear": lambda: (F.linear(x, w_gate), F.linear(x, w_up)),
+            "fast: two linears (public)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
+            "fast linear_pair (public)": lambda: fast["linear"].pair(x, w_gate, None, w_up, None),
         },
         "rms_norm 2048": {
             "stock (transformers)": lambda: _stock_rms_norm(x, norm_w),
@@ -100,6 +121,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
             "stock SDPA (GQA)": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
             "fast attention (public)": lambda: fast["attention"](q, k, v, q_pos, k_start, validate=False),
             "fast forward (no wrapper)": lambda: fast_attention.forward(q, k, v, q_pos, k_start, 128**-0.5),
+            "fast forward, one key more each call": lambda: _attend(fast_attention, q, next(growing), k_start),
         },
     }
 
@@ -127,7 +149,7 @@ def linear_steps(batch: int) -> dict[str, dict]:
             "check_tensors": lambda: triton_tier.check_tensors("fast", "linear", x=x, weight=w, bias=None),
             "target_of + config_for": lambda: config_for("linear", target_of(x.device), m=batch, n=n, k=n),
             "torch.empty of the output": lambda: torch.empty((batch, 2048), dtype=bf, device=x.device),
-            "the kept launch's key": lambda: triton_tier._flatten(values),
+            "the kept launch's key": lambda: triton_tier._flatten(values, triton_tier._constexprs(kernel)),
             "GEMM, Triton's launch": lambda: kernel[grid](*args, **kw),
             "GEMM, kept launch": lambda: triton_tier.launch(kernel, grid, *args, **kw),
             "forward_2d": lambda: fast_linear.forward_2d(x, w, None),

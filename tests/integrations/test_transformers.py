@@ -343,3 +343,32 @@ def test_the_fast_linears_pair_form_is_its_own_and_a_controls_linear_has_none(mo
     assert fast.op("linear").pair is fast.api().linear_pair
     monkeypatch.setenv(tiers.CONTROL_VAR, "split-k")
     assert not hasattr(fast.op("linear"), "pair")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_fast_tier_generate_equals_every_forward_with_the_pair_or_without(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast tier on the GPU: generate() (its MLPs' gate and up in one launch, the pair kernel) == every forward,
+    and == a forward whose MLPs make the two linear calls (the linear's pair form taken away)."""
+    import rl_kernel.fast as fast
+
+    model = hf.patch(M.build(family, VOCAB, "bf16", 0, "cuda").eval(), tier="fast")
+    p = M.prompts(5, VOCAB, 0)
+    kernels: list[str] = []
+    real = fast.linear_kernels.launch
+
+    def counted(kernel, *args, **kwargs):
+        kernels.append(kernel.fn.__name__)
+        return real(kernel, *args, **kwargs)
+
+    monkeypatch.setattr(fast.linear_kernels, "launch", counted)
+    r = M.generate(model, p, NEW, 7, "cuda")
+    assert "_gemm_pair_kernel" in kernels  # the control: the pair ran
+    views = M.forward_views(model, r, p, "cuda")
+    monkeypatch.delattr(fast.linear, "pair")
+    kernels.clear()
+    views["two linear calls"] = M.forward_views(model, r, p, "cuda")["batch, right padded"]
+    assert kernels and "_gemm_pair_kernel" not in kernels
+    assert_views_equal(r, views)
