@@ -100,7 +100,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
         "gate + up 2048 -> 6144": {
             "stock: two F.linear": lambda: (F.linear(x, w_gate), F.linear(x, w_up)),
             "fast: two linears (public)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
-            "fast linear_pair (public)": lambda: fast["linear"].pair(x, w_gate, None, w_up, None),
+            "fast linear_group (public)": lambda: fast["linear"].group(x, (w_gate, w_up), (None, None)),
         },
         "rms_norm 2048": {
             "stock (transformers)": lambda: _stock_rms_norm(x, norm_w),

@@ -297,61 +297,84 @@ def test_cpu_equals_gpu(family: str) -> None:
     assert bits_equal(f_gpu, f_cpu), diff(f_gpu, f_cpu)
 
 
-def test_the_mlp_pairs_gate_and_up_only_through_plain_swapped_linears(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tier linear with a pair form (the fast tier's: one launch for gate and up) is used for an MLP whose gate and
-    up are the patch's own linears with no hook; a hook (the module's or a global one), an adapter in place of
-    either, or a linear without a pair form (the exact tier's, a control's) gets the two calls it would see."""
+def test_projections_are_grouped_only_through_plain_swapped_linears() -> None:
+    """A tier linear with a group form (the fast tier's: one launch for q/k/v, one for gate/up) computes an
+    attention's or an MLP's projections together where they are the patch's own linears with no hook and no
+    gradient can flow, with the bits of the calls they replace; a hook (the module's or a global one), an adapter
+    in place of one, a gradient, or a linear without a group form (the exact tier's, a control's) gets the calls
+    it would see."""
     import torch.nn.functional as F
 
     model = patched("qwen3", "bf16", "cpu")
-    mlp = model.model.layers[0].mlp
-    x = torch.randn(2, 3, mlp.gate_proj.in_features).bfloat16()
-    paired: list[int] = []
+    layer = model.model.layers[0]
+    L = layer.mlp._rl_layers
+    assert not hasattr(L.linear, "group")  # the exact tier: the calls as before
+    grouped: list[int] = []
 
-    def pair(x, w1, b1, w2, b2):
-        paired.append(1)
-        return F.linear(x, w1, b1), F.linear(x, w2, b2)
+    def group(x, weights, biases):
+        grouped.append(len(weights))
+        return tuple(F.linear(x, w, b) for w, b in zip(weights, biases, strict=True))
 
-    def used_pair() -> bool:
-        paired.clear()
-        g, u = hf._gate_up(mlp, x, pair)
-        assert bits_equal(g, mlp.gate_proj(x)) and bits_equal(u, mlp.up_proj(x))
-        return bool(paired)
+    layer.self_attn._rl_layers = layer.mlp._rl_layers = type(L)(**{**vars(L), "linear": L.linear})
+    layer.self_attn._rl_layers.linear = layer.mlp._rl_layers.linear = _with_group(L.linear, group)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        want = patched("qwen3", "bf16", "cpu")(input_ids=ids).logits
 
-    assert not hasattr(mlp._rl_layers.linear, "pair")  # the exact tier: two calls, as before
-    assert used_pair()
-    handle = mlp.up_proj.register_forward_hook(lambda *a: None)
-    assert not used_pair()
+    def run() -> list[int]:
+        grouped.clear()
+        with torch.no_grad():
+            got = model(input_ids=ids).logits
+        assert bits_equal(got, want)
+        return sorted(set(grouped))
+
+    assert run() == [2, 3]  # the control: q/k/v and gate/up each grouped
+    handle = layer.self_attn.k_proj.register_forward_hook(lambda *a: None)
+    assert run() == [2]
     handle.remove()
     handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda *a: None)
-    assert not used_pair()
+    assert run() == []
     handle.remove()
-    assert used_pair()
-    original = mlp.gate_proj
-    mlp.gate_proj = torch.nn.Linear(original.in_features, original.out_features, bias=False).bfloat16()
-    assert not used_pair()
-    mlp.gate_proj = original
-    assert hf._gate_up(mlp, x, None) is not None and not paired
+    original = layer.mlp.up_proj
+    layer.mlp.up_proj = torch.nn.Linear(original.in_features, original.out_features, bias=False).bfloat16()
+    layer.mlp.up_proj.weight.data.copy_(original.weight)
+    assert run() == [3]
+    layer.mlp.up_proj = original
+    assert run() == [2, 3]
+    assert all("_rl_ready" not in p.__dict__ for p in (layer.self_attn.q_proj, layer.self_attn.k_proj))
+    grouped.clear()
+    model(input_ids=ids).logits.sum().backward()  # a gradient: the attention's projections are called one by one
+    assert 3 not in grouped
 
 
-def test_the_fast_linears_pair_form_is_its_own_and_a_controls_linear_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pair form travels with the linear it pairs: under the split-K control, the fast tier's linear is the
-    control's, which has none, so the control reaches the MLP's gate and up too."""
+def _with_group(linear, group):
+    """The exact tier's linear with a group form attached (what the fast tier's linear carries)."""
+
+    def wrapped(*args, **kwargs):
+        return linear(*args, **kwargs)
+
+    wrapped.group = group
+    return wrapped
+
+
+def test_the_fast_linears_group_form_is_its_own_and_a_controls_linear_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group form travels with the linear it groups: under the split-K control, the fast tier's linear is the
+    control's, which has none, so the control reaches every projection."""
     from rl_kernel import tiers
 
     fast = tiers.get("fast")
-    assert fast.op("linear").pair is fast.api().linear_pair
+    assert fast.op("linear").group is fast.api().linear_group
     monkeypatch.setenv(tiers.CONTROL_VAR, "split-k")
-    assert not hasattr(fast.op("linear"), "pair")
+    assert not hasattr(fast.op("linear"), "group")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_fast_tier_generate_equals_every_forward_with_the_pair_or_without(
+def test_the_fast_tier_generate_equals_every_forward_grouped_or_not(
     family: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The fast tier on the GPU: generate() (its MLPs' gate and up in one launch, the pair kernel) == every forward,
-    and == a forward whose MLPs make the two linear calls (the linear's pair form taken away)."""
+    """The fast tier on the GPU: generate() (q/k/v and gate/up each in one launch, the group kernel) == every
+    forward, and == a forward whose modules make one linear call each (the linear's group form taken away)."""
     import rl_kernel.fast as fast
 
     model = hf.patch(M.build(family, VOCAB, "bf16", 0, "cuda").eval(), tier="fast")
@@ -365,10 +388,25 @@ def test_the_fast_tier_generate_equals_every_forward_with_the_pair_or_without(
 
     monkeypatch.setattr(fast.linear_kernels, "launch", counted)
     r = M.generate(model, p, NEW, 7, "cuda")
-    assert "_gemm_pair_kernel" in kernels  # the control: the pair ran
+    assert "_gemm_group_kernel" in kernels  # the control: the group ran
     views = M.forward_views(model, r, p, "cuda")
-    monkeypatch.delattr(fast.linear, "pair")
+    monkeypatch.delattr(fast.linear, "group")
     kernels.clear()
-    views["two linear calls"] = M.forward_views(model, r, p, "cuda")["batch, right padded"]
-    assert kernels and "_gemm_pair_kernel" not in kernels
+    views["one linear call each"] = M.forward_views(model, r, p, "cuda")["batch, right padded"]
+    assert kernels and "_gemm_group_kernel" not in kernels
     assert_views_equal(r, views)
+
+
+def test_a_projection_returns_its_grouped_output_for_that_input_only() -> None:
+    """During a grouped attention call each projection returns the output computed for the call's input; called
+    with any other tensor it computes its own."""
+    model = patched("qwen3", "bf16", "cpu")
+    q_proj = model.model.layers[0].self_attn.q_proj
+    x, other = torch.randn(1, 2, q_proj.in_features).bfloat16(), torch.randn(1, 2, q_proj.in_features).bfloat16()
+    kept = torch.zeros(1, 2, q_proj.out_features).bfloat16()
+    q_proj.__dict__["_rl_ready"] = (x, kept)
+    try:
+        assert q_proj(x) is kept
+        assert bits_equal(q_proj(other), q_proj._rl_layers.linear(other, q_proj.weight, None))
+    finally:
+        del q_proj.__dict__["_rl_ready"]

@@ -280,19 +280,20 @@ def _check_linear() -> dict[str, bool]:
         (y_split.double() - ref).norm() / ref.norm() < 1e-2
     )
     res.update(_check_tma(g))
-    res.update(_check_pair(g))
+    res.update(_check_group(g))
     return res
 
 
-def _check_pair(g: torch.Generator) -> dict[str, bool]:
-    """linear_pair (an MLP's gate and up at a decode step): one launch of the pair kernel for decode rows, the bits
-    of the two linears (a K tail and three K steps, N not a multiple of the tile, with and without biases, leading
-    dims); two launches where it cannot pair (the TMA bucket, one bias, a gradient), the same bits."""
+def _check_group(g: torch.Generator) -> dict[str, bool]:
+    """linear_group (a decode step's q/k/v or gate/up): one launch of the group kernel for decode rows, the bits of
+    the separate linears (a K tail and three K steps, N not a multiple of the tile, with and without biases,
+    leading dims); a launch each where it cannot group (the TMA bucket, some biases only, a gradient), the same
+    bits."""
     lin = fast.linear_kernels
-    k, n1, n2 = 168, 80, 48
+    k = 168
     x = torch.randn(4, 8, k, generator=g).bfloat16()
-    w1, w2 = ((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (n1, n2))
-    b1, b2 = torch.randn(n1, generator=g).bfloat16(), torch.randn(n2, generator=g).bfloat16()
+    ws = tuple((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (80, 48, 112))
+    bs = tuple(torch.randn(w.shape[0], generator=g).bfloat16() for w in ws)
     launched: list[str] = []
     real = lin.launch
 
@@ -300,31 +301,31 @@ def _check_pair(g: torch.Generator) -> dict[str, bool]:
         launched.append(kernel.fn.__name__)
         return real(kernel, *args, **kwargs)
 
+    def group(x, weights, biases) -> tuple[bool, list[str]]:
+        launched.clear()
+        ys = fast.linear_group(x, weights, biases)
+        seen = list(launched)
+        same = all(_same(y, fast.linear(x, w, b)) for y, w, b in zip(ys, weights, biases, strict=True))
+        return same and len(ys) == len(weights), seen
+
     lin.launch = counted
     try:
-
-        def pair(x, *wb) -> tuple[bool, list[str]]:
-            launched.clear()
-            y1, y2 = fast.linear_pair(x, *wb)
-            seen = list(launched)
-            same = _same(y1, fast.linear(x, wb[0], wb[1])) and _same(y2, fast.linear(x, wb[2], wb[3]))
-            return same, seen
-
         res = {}
-        same, seen = pair(x, w1, None, w2, None)
-        res["pair == two linears (bits), one launch"] = same and seen == ["_gemm_pair_kernel"]
-        same, seen = pair(x, w1, b1, w2, b2)
-        res["pair with biases == two linears (bits), one launch"] = same and seen == ["_gemm_pair_kernel"]
-        same, seen = pair(x, w1, b1, w2, None)
-        res["one bias: two launches, the same bits"] = same and seen == ["_gemm_kernel"] * 2
+        for n in (2, 3):
+            same, seen = group(x, ws[:n], (None,) * n)
+            res[f"group of {n} == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
+            same, seen = group(x, ws[:n], bs[:n])
+            res[f"group of {n} with biases == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
+        same, seen = group(x, ws, (bs[0], None, bs[2]))
+        res["some biases: a launch each, the same bits"] = same and seen == ["_gemm_kernel"] * 3
         x_big = torch.randn(300, k, generator=g).bfloat16()  # M = 300: the TMA bucket on sm_90
-        same, seen = pair(x_big, w1, None, w2, None)
-        res["TMA bucket: two launches, the same bits"] = same and "_gemm_pair_kernel" not in seen
+        same, seen = group(x_big, ws, (None,) * 3)
+        res["TMA bucket: a launch each, the same bits"] = same and "_gemm_group_kernel" not in seen
         xg = x.clone().requires_grad_()
         launched.clear()
-        y1, y2 = fast.linear_pair(xg, w1, None, w2, None)
-        res["a gradient: the two linears, each with its autograd"] = (
-            y1.grad_fn is not None and y2.grad_fn is not None and "_gemm_pair_kernel" not in launched
+        ys = fast.linear_group(xg, ws, (None,) * 3)
+        res["a gradient: the linears, each with its autograd"] = (
+            all(y.grad_fn is not None for y in ys) and "_gemm_group_kernel" not in launched
         )
     finally:
         lin.launch = real

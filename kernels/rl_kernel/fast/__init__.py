@@ -35,18 +35,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return linear_kernels.linear(x, weight, bias)
 
 
-def linear_pair(
-    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(linear(x, w1, b1), linear(x, w2, b2)) with their bits, in one launch where no gradient can flow: an MLP's
-    gate and up projections at a decode step. The pair form of `linear` (linear.pair): a patched MLP takes it only
-    from the linear it would call (a control's linear has none, and its MLP calls it twice)."""
-    check_tensors(TIER, "linear", x=x, weight=w1, bias=b1, weight2=w2, bias2=b2)
+def linear_group(
+    x: torch.Tensor, weights: tuple[torch.Tensor, ...], biases: tuple[torch.Tensor | None, ...]
+) -> tuple[torch.Tensor, ...]:
+    """(linear(x, w, b) for each weight and bias) with their bits, in one launch for two or three where no gradient
+    can flow: an attention's q/k/v or an MLP's gate/up projections at a decode step. The group form of `linear`
+    (linear.group): a patched model takes it only from the linear it would call (a control's linear has none, and
+    its modules call it once each)."""
+    check_tensors(TIER, "linear", x=x, **{f"weight{i}": w for i, w in enumerate(weights)},
+                  **{f"bias{i}": b for i, b in enumerate(biases)})  # fmt: skip
     require_triton(TIER)
-    return linear_kernels.linear_pair(x, w1, b1, w2, b2)
+    return linear_kernels.linear_group(x, weights, biases)
 
 
-linear.pair = linear_pair
+linear.group = linear_group
 
 
 def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

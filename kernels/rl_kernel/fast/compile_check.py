@@ -182,9 +182,10 @@ def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, 
     return _compile(linear_kernels._gemm_kernel, _gemm_types(dtype), const, target, options)
 
 
-def compile_gemm_pair(target: str, dtype: str, tile: dict, options: dict):
-    """The pair kernel (two linears of one input in one launch: a decode step's gate and up), row-major operands."""
-    fn = linear_kernels._gemm_pair_kernel
+def compile_gemm_group(target: str, dtype: str, tile: dict, options: dict):
+    """The group kernel (two or three linears of one input in one launch: a decode step's q/k/v, gate/up),
+    row-major operands."""
+    fn = linear_kernels._gemm_group_kernel
     types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
     const = {"HAS_BIAS": False, "EVEN_K": True, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
              "BLOCK_K": tile["block_k"], "GROUP_M": tile["group_m"]}  # fmt: skip
@@ -206,9 +207,9 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
                 k = compile_gemm(target, dtype, kind, tile, _options(t, tile), has_bias=kind == "fwd")
                 name = f"linear.{kind}[bucket {i}]{' (tma)' if tile.get('tma') else ''}"
                 out.append(scan(k, name, target, dtype, tile, {tile["block_k"]}, True))
-                if kind == "fwd" and not tile.get("tma"):  # the forward_pair_2d launches (pointer buckets)
-                    k = compile_gemm_pair(target, dtype, tile, _options(t, tile))
-                    out.append(scan(k, f"linear.pair[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                if kind == "fwd" and not tile.get("tma"):  # forward_group_2d's launches (pointer buckets)
+                    k = compile_gemm_group(target, dtype, tile, _options(t, tile))
+                    out.append(scan(k, f"linear.group[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
         k = compile_gemm(target, dtype, "dw", dw, _options(t, dw))
         out.append(scan(k, f"linear.dw{' (tma)' if dw.get('tma') else ''}", target, dtype, dw, {dw["block_k"]}, True))

@@ -41,7 +41,7 @@ from transformers import LogitsProcessor
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from rl_kernel import head, tiers
-from rl_kernel._validate import compiling
+from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.exact.decoder.ops import MASK_RUNS_ERROR
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
@@ -59,6 +59,9 @@ _STATE = "_rl_kernel_patch"
 # ---- the swapped layers ---------------------------------------------------------------------------
 # Each swapped class carries its tier's operators as `_rl_layers` (rl_kernel.tiers: Tier.namespace()).
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    ready = self.__dict__.get("_rl_ready")  # computed with its group for this input (_attention_forward)
+    if ready is not None and ready[0] is x:
+        return ready[1]
     return self._rl_layers.linear(x, self.weight, self.bias)
 
 
@@ -72,16 +75,40 @@ def _rms_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 def _mlp_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     L = self._rl_layers
-    return self.down_proj(L.silu_mul(*_gate_up(self, x, getattr(L.linear, "pair", None))))
+    both = _grouped(x, (self.gate_proj, self.up_proj), L)
+    gate, up = both if both is not None else (self.gate_proj(x), self.up_proj(x))
+    return self.down_proj(L.silu_mul(gate, up))
 
 
-def _gate_up(mlp: nn.Module, x: torch.Tensor, pair: Callable | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """gate_proj(x), up_proj(x): through the tier linear's pair form (one launch, the same bits) where it has one
-    and both are plain swapped linears; a hook, or an adapter that replaced either, sees its own call."""
-    gate, up = mlp.gate_proj, mlp.up_proj
-    if pair is None or not (_plain_linear(gate) and _plain_linear(up)):
-        return gate(x), up(x)
-    return pair(x, gate.weight, gate.bias, up.weight, up.bias)
+def _attention_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    """The architecture's own attention forward, its q/k/v projections computed first in one launch where the tier's
+    linear has a group form and no gradient can flow: each projection's call then returns its output, for this
+    input and during this call only. Otherwise (a gradient, a hook, an adapter) the forward as it is."""
+    original = type(self)._rl_original.forward
+    x = args[0] if args else kwargs.get("hidden_states")
+    projections = (self.q_proj, self.k_proj, self.v_proj)
+    ready = None
+    if isinstance(x, torch.Tensor) and not needs_autograd(x, *(p.weight for p in projections)):
+        ready = _grouped(x, projections, self._rl_layers)
+    if ready is None:
+        return original(self, *args, **kwargs)
+    for p, y in zip(projections, ready, strict=True):
+        p.__dict__["_rl_ready"] = (x, y)
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        for p in projections:
+            p.__dict__.pop("_rl_ready", None)
+
+
+def _grouped(x: torch.Tensor, linears: tuple[nn.Module, ...], layers: Any) -> tuple[torch.Tensor, ...] | None:
+    """Each linear's output for x through the tier linear's group form (one launch, the same bits), or None where
+    the tier's linear has none (the exact tier's, a control's) or one of them is not a plain swapped linear (a hook
+    or an adapter must see its own call)."""
+    group = getattr(layers.linear, "group", None)
+    if group is None or not all(_plain_linear(m) for m in linears):
+        return None
+    return group(x, tuple(m.weight for m in linears), tuple(m.bias for m in linears))
 
 
 def _plain_linear(m: nn.Module) -> bool:
@@ -120,6 +147,7 @@ _FORWARDS: dict[str, Callable] = {
     "rms_norm": _rms_norm_forward,
     "mlp": _mlp_forward,
     "rotary": _rotary_forward,
+    "attention": _attention_forward,
 }
 
 
@@ -130,6 +158,8 @@ def _kind(module: nn.Module) -> str | None:
     if isinstance(module, nn.Embedding):
         return "embedding"
     name = type(module).__name__
+    if name.endswith("Attention") and all(hasattr(module, p) for p in ("q_proj", "k_proj", "v_proj")):
+        return "attention"
     for suffix, kind in (("RMSNorm", "rms_norm"), ("MLP", "mlp"), ("RotaryEmbedding", "rotary")):
         if name.endswith(suffix):
             return kind

@@ -160,22 +160,38 @@ def _gemm_kernel(
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
+@_jit
+def _group_tile(a_ptr, b_ptr, c_ptr, bias_ptr, tile, M, N, K, stride_am, stride_bn, HAS_BIAS: tl.constexpr,
+                EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                GROUP_M: tl.constexpr):  # fmt: skip
+    """Tile `tile` of one linear of a group (row-major A [M, K], B [N, K], C [M, N]): _gemm_kernel's arithmetic."""
+    pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn, EVEN_K,
+                                        BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+    _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
+
+
 @_jit(do_not_specialize=["M"])
-def _gemm_pair_kernel(
+def _gemm_group_kernel(
     a_ptr,
-    b_ptr,
+    b1_ptr,
     b2_ptr,
-    c_ptr,
+    b3_ptr,
+    c1_ptr,
     c2_ptr,
-    bias_ptr,
+    c3_ptr,
+    bias1_ptr,
     bias2_ptr,
+    bias3_ptr,
     M,
-    N,
+    N1,
     N2,
+    N3,
     K,
     stride_am,
-    stride_bn,
+    stride_b1n,
     stride_b2n,
+    stride_b3n,
     HAS_BIAS: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -183,21 +199,21 @@ def _gemm_pair_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
 ):
-    """Two linears of one input in one launch: C = A @ B^T and C2 = A @ B2^T (B [N, K], B2 [N2, K] row-major, C and
-    C2 row-major). The first tiles are C's, the rest C2's, each _gemm_kernel's arithmetic: the bits of two launches
-    (a decode step's gate and up projections, one launch fewer on the host)."""
-    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    """Two or three linears of one input in one launch (N3 = 0 for two): C_i = A @ B_i^T (+ bias_i), B_i [N_i, K],
+    row-major operands. The first tiles are C1's, then C2's, then C3's, each _gemm_kernel's arithmetic: the bits
+    of separate launches (a decode step's q/k/v or gate/up projections, fewer launches on the host)."""
+    t1 = tl.cdiv(M, BLOCK_M) * tl.cdiv(N1, BLOCK_N)
+    t2 = tl.cdiv(M, BLOCK_M) * tl.cdiv(N2, BLOCK_N)
     pid = tl.program_id(0)
-    if pid < tiles:
-        pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn,
-                                            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
-        _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
+    if pid < t1:
+        _group_tile(a_ptr, b1_ptr, c1_ptr, bias1_ptr, pid, M, N1, K, stride_am, stride_b1n, HAS_BIAS, EVEN_K,
+                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
+    elif pid < t1 + t2:
+        _group_tile(a_ptr, b2_ptr, c2_ptr, bias2_ptr, pid - t1, M, N2, K, stride_am, stride_b2n, HAS_BIAS, EVEN_K,
+                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
     else:
-        pid_m, pid_n = _tile_of(pid - tiles, M, N2, BLOCK_M, BLOCK_N, GROUP_M)
-        acc, offs_m, offs_n = _pointer_tile(a_ptr, b2_ptr, pid_m, pid_n, M, N2, K, stride_am, 1, 1, stride_b2n,
-                                            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
-        _store_tile(acc, c2_ptr, bias2_ptr, offs_m, offs_n, M, N2, N2, 1, HAS_BIAS, False)
+        _group_tile(a_ptr, b3_ptr, c3_ptr, bias3_ptr, pid - t1 - t2, M, N3, K, stride_am, stride_b3n, HAS_BIAS,
+                    EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
 
 
 @_jit(do_not_specialize=["M"])
@@ -321,35 +337,41 @@ def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias)
 
 
-def _pair_config(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> dict | None:
-    """The one config both linears of a pair take (the pointer kernel's, equal for both), else None."""
+def _group_config(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> dict | None:
+    """The one config every linear of a group takes (the pointer kernel's, equal for all), else None."""
     m, k = x.shape
     target = target_of(x.device)
-    cfg = config_for("linear", target, m=m, n=w1.shape[0], k=k)
-    same = cfg == config_for("linear", target, m=m, n=w2.shape[0], k=k)
-    return cfg if same and not cfg.get("tma") else None
+    cfgs = [config_for("linear", target, m=m, n=w.shape[0], k=k) for w in weights]
+    same = all(c == cfgs[0] for c in cfgs)
+    return cfgs[0] if same and not cfgs[0].get("tma") else None
 
 
-def forward_pair_2d(x: torch.Tensor, w1: torch.Tensor, b1, w2: torch.Tensor, b2) -> tuple[torch.Tensor, torch.Tensor]:
-    """(forward_2d(x, w1, b1), forward_2d(x, w2, b2)) with their bits: one launch of _gemm_pair_kernel where both
-    take one pointer-kernel config (decode rows), row-major operands and both or neither bias; else two launches."""
+def forward_group_2d(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, ...]:
+    """(forward_2d(x, w, b) for each weight and bias), their bits: for two or three weights, one launch of
+    _gemm_group_kernel where all take one pointer-kernel config (decode rows), row-major operands and all or no
+    biases; else a launch each."""
     m, k = x.shape
-    cfg = _pair_config(x, w1, w2) if (b1 is None) == (b2 is None) else None
-    row_major = x.stride(1) == 1 and w1.stride(1) == 1 and w2.stride(1) == 1
-    if cfg is None or not row_major or m == 0 or k == 0:
-        return forward_2d(x, w1, b1), forward_2d(x, w2, b2)
-    n1, n2 = w1.shape[0], w2.shape[0]
-    y1 = torch.empty((m, n1), dtype=x.dtype, device=x.device)
-    y2 = torch.empty((m, n2), dtype=x.dtype, device=x.device)
+    has_bias = biases[0] is not None
+    groupable = 2 <= len(weights) <= 3 and all((b is not None) == has_bias for b in biases)
+    row_major = x.stride(1) == 1 and all(w.stride(1) == 1 for w in weights)
+    cfg = _group_config(x, weights) if groupable and row_major and m and k else None
+    if cfg is None:
+        return tuple(forward_2d(x, w, b) for w, b in zip(weights, biases, strict=True))
+    outs = [torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device) for w in weights]
     bm, bn = cfg["block_m"], cfg["block_n"]
-    tiles = triton.cdiv(m, bm) * (triton.cdiv(n1, bn) + triton.cdiv(n2, bn))
+    tiles = triton.cdiv(m, bm) * sum(triton.cdiv(w.shape[0], bn) for w in weights)
+    w3, y3, b3 = (weights[2], outs[2], biases[2]) if len(weights) == 3 else (weights[0], outs[0], None)
+    n3 = w3.shape[0] if len(weights) == 3 else 0
+    w1, w2 = weights[:2]
+    b1, b2 = biases[:2]
     launch(
-        _gemm_pair_kernel, (tiles,), x, w1, w2, y1, y2, b1 if b1 is not None else y1, b2 if b2 is not None else y2,
-        m, n1, n2, k, x.stride(0), w1.stride(0), w2.stride(0), HAS_BIAS=b1 is not None, EVEN_K=k % cfg["block_k"] == 0,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"],
+        _gemm_group_kernel, (tiles,), x, w1, w2, w3, outs[0], outs[1], y3, b1 if has_bias else outs[0],
+        b2 if has_bias else outs[1], b3 if b3 is not None else y3, m, w1.shape[0], w2.shape[0], n3, k, x.stride(0),
+        w1.stride(0), w2.stride(0), w3.stride(0), HAS_BIAS=has_bias, EVEN_K=k % cfg["block_k"] == 0, BLOCK_M=bm,
+        BLOCK_N=bn, BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **cfg["launch"],
     )  # fmt: skip
-    return y1, y2
+    return tuple(outs)
 
 
 def grad_x_2d(
@@ -524,16 +546,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _linear_op(x, weight, bias)
 
 
-def linear_pair(
-    x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor | None, w2: torch.Tensor, b2: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(linear(x, w1, b1), linear(x, w2, b2)), the same bits: where no gradient can flow, one launch for both
-    (forward_pair_2d); else the two linears, each with its autograd."""
-    _check_shapes(x, w1, b1)
-    _check_shapes(x, w2, b2)
-    if needs_autograd(x, w1, b1, w2, b2):
-        return linear(x, w1, b1), linear(x, w2, b2)
+def linear_group(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, ...]:
+    """(linear(x, w, b) for each weight and bias), the same bits: where no gradient can flow, one launch for two or
+    three (forward_group_2d); else the linears, each with its autograd."""
+    if len(weights) != len(biases):
+        raise ValueError(f"rl_kernel.fast.linear_group: {len(weights)} weights but {len(biases)} biases")
+    for w, b in zip(weights, biases, strict=True):
+        _check_shapes(x, w, b)
+    if needs_autograd(x, *weights, *biases):
+        return tuple(linear(x, w, b) for w, b in zip(weights, biases, strict=True))
     x2 = x.contiguous().reshape(-1, x.shape[-1])
-    b1, b2 = (None if b is None else b.contiguous() for b in (b1, b2))
-    y1, y2 = forward_pair_2d(x2, w1.contiguous(), b1, w2.contiguous(), b2)
-    return y1.view(*x.shape[:-1], w1.shape[0]), y2.view(*x.shape[:-1], w2.shape[0])
+    ws = tuple(w.contiguous() for w in weights)
+    bs = tuple(None if b is None else b.contiguous() for b in biases)
+    return tuple(y.view(*x.shape[:-1], w.shape[0]) for y, w in zip(forward_group_2d(x2, ws, bs), ws, strict=True))
