@@ -160,17 +160,6 @@ def _gemm_kernel(
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
-@_jit
-def _group_tile(a_ptr, b_ptr, c_ptr, bias_ptr, tile, M, N, K, stride_am, stride_bn, HAS_BIAS: tl.constexpr,
-                EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                GROUP_M: tl.constexpr):  # fmt: skip
-    """Tile `tile` of one linear of a group (row-major A [M, K], B [N, K], C [M, N]): _gemm_kernel's arithmetic."""
-    pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn, EVEN_K,
-                                        BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
-    _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
-
-
 @_jit(do_not_specialize=["M"])
 def _gemm_group_kernel(
     a_ptr,
@@ -201,19 +190,23 @@ def _gemm_group_kernel(
 ):
     """Two or three linears of one input in one launch (N3 = 0 for two): C_i = A @ B_i^T (+ bias_i), B_i [N_i, K],
     row-major operands. The first tiles are C1's, then C2's, then C3's, each _gemm_kernel's arithmetic: the bits
-    of separate launches (a decode step's q/k/v or gate/up projections, fewer launches on the host)."""
+    of separate launches (a decode step's q/k/v or gate/up projections, fewer launches on the host). A program picks
+    its linear's operands first and runs one K loop: one pipeline's shared memory, as a single linear's."""
     t1 = tl.cdiv(M, BLOCK_M) * tl.cdiv(N1, BLOCK_N)
     t2 = tl.cdiv(M, BLOCK_M) * tl.cdiv(N2, BLOCK_N)
     pid = tl.program_id(0)
-    if pid < t1:
-        _group_tile(a_ptr, b1_ptr, c1_ptr, bias1_ptr, pid, M, N1, K, stride_am, stride_b1n, HAS_BIAS, EVEN_K,
-                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
-    elif pid < t1 + t2:
-        _group_tile(a_ptr, b2_ptr, c2_ptr, bias2_ptr, pid - t1, M, N2, K, stride_am, stride_b2n, HAS_BIAS, EVEN_K,
-                    BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
-    else:
-        _group_tile(a_ptr, b3_ptr, c3_ptr, bias3_ptr, pid - t1 - t2, M, N3, K, stride_am, stride_b3n, HAS_BIAS,
-                    EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)  # fmt: skip
+    first = pid < t1
+    second = (pid >= t1) & (pid < t1 + t2)
+    b_ptr = tl.where(first, b1_ptr, tl.where(second, b2_ptr, b3_ptr))
+    c_ptr = tl.where(first, c1_ptr, tl.where(second, c2_ptr, c3_ptr))
+    bias_ptr = tl.where(first, bias1_ptr, tl.where(second, bias2_ptr, bias3_ptr))
+    N = tl.where(first, N1, tl.where(second, N2, N3))
+    stride_bn = tl.where(first, stride_b1n, tl.where(second, stride_b2n, stride_b3n))
+    tile = tl.where(first, pid, tl.where(second, pid - t1, pid - t1 - t2))
+    pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn, EVEN_K,
+                                        BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+    _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
 
 
 @_jit(do_not_specialize=["M"])
