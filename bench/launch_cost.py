@@ -69,8 +69,10 @@ def _stock_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torc
 
 def contenders(batch: int, cache: int) -> dict[str, dict]:
     """operator -> {contender: call} at the 1.7B shape: hidden 2048, 16 / 8 heads of 128, MLP 6144."""
+    from rl_kernel.fast.configs import config_for
     from rl_kernel.fast.decoder import attention as fast_attention
     from rl_kernel.fast.decoder import linear as fast_linear
+    from rl_kernel.triton_tier import target_of
 
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(batch, 1, 2048, device=dev, dtype=bf)
@@ -85,6 +87,8 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     cos_hf = torch.cat([cos32, cos32], -1)[:, None].to(bf)
     gate, up = torch.randn(batch, 1, 6144, device=dev, dtype=bf), torch.randn(batch, 1, 6144, device=dev, dtype=bf)
     w_gate, w_up = (torch.randn(6144, 2048, device=dev, dtype=bf) * 0.02 for _ in range(2))
+    x2, pair = x.view(batch, 2048), (w_gate, w_up)
+    cfg = config_for("linear", target_of(x.device), m=batch, n=6144, k=2048)
     # A decode step's cache grows by one key per step: the attention called with the next key count each time.
     k_long = torch.randn(batch, 8, cache + 64, 128, device=dev, dtype=bf)
     growing = _cycle([(k_long[:, :, : cache + i], torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
@@ -100,7 +104,8 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
         "gate + up 2048 -> 6144": {
             "stock: two F.linear": lambda: (F.linear(x, w_gate), F.linear(x, w_up)),
             "fast: two linears (public)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
-            "fast linear_group (public)": lambda: fast["linear"].group(x, (w_gate, w_up), (None, None)),
+            "fast linear_group (public; configs.toml's group)": lambda: fast["linear"].group(x, pair, (None, None)),
+            "fast forward_group_2d, grouped": lambda: fast_linear.forward_group_2d(x2, pair, (None, None), cfg=cfg),
         },
         "rms_norm 2048": {
             "stock (transformers)": lambda: _stock_rms_norm(x, norm_w),

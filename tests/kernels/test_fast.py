@@ -134,6 +134,7 @@ def test_configs_pin_every_knob() -> None:
         (("schema = 1", "schema = 2"), "schema = 1"),
         (("block_k = 64\nblock_k_by_nk = {}", "block_k = 64\nblock_k_by_nk = {}\nsplit_k = 4"), "unknown keys"),
         (("tma = true\nblock_m = 128", "tma = 1\nblock_m = 128"), "tma must be true or false"),
+        (("group = false", "group = 1"), "group must be true or false"),
         (("[targets.gfx942.linear_dw]\n", "[targets.gfx942.linear_dw]\ntma = true\n"), "sm_90 or later"),
     ],
 )  # fmt: skip
@@ -285,21 +286,21 @@ def _check_linear() -> dict[str, bool]:
 
 
 def _check_group(g: torch.Generator) -> dict[str, bool]:
-    """linear_group (a decode step's q/k/v or gate/up): one launch of the group kernel for decode rows, the bits of
-    the separate linears (a K tail and three K steps, N not a multiple of the tile, with and without biases,
-    leading dims); a launch each where it cannot group (the TMA bucket, some biases only, a gradient), the same
-    bits."""
+    """linear_group (a decode step's q/k/v or gate/up): on a target that groups its launches, one launch of the group
+    kernel for decode rows with the bits of the separate linears (a K tail and three K steps, N not a multiple of
+    the tile, with and without biases, leading dims); a launch each where it cannot group (the TMA bucket, some
+    biases only, a gradient) or the target does not (configs.toml's linear.group), the same bits."""
     lin = fast.linear_kernels
     k = 168
     x = torch.randn(4, 8, k, generator=g).bfloat16()
     ws = tuple((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (80, 48, 112))
     bs = tuple(torch.randn(w.shape[0], generator=g).bfloat16() for w in ws)
     launched: list[str] = []
-    real = lin.launch
+    real_launch, pinned = lin.launch, lin.grouped_launches
 
     def counted(kernel, *args, **kwargs):
         launched.append(kernel.fn.__name__)
-        return real(kernel, *args, **kwargs)
+        return real_launch(kernel, *args, **kwargs)
 
     def group(x, weights, biases) -> tuple[bool, list[str]]:
         launched.clear()
@@ -308,9 +309,14 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
         same = all(_same(y, fast.linear(x, w, b)) for y, w, b in zip(ys, weights, biases, strict=True))
         return same and len(ys) == len(weights), seen
 
+    res = {}
     lin.launch = counted
     try:
-        res = {}
+        same, seen = group(x, ws, (None,) * 3)
+        res[f"target's pinned group = {pinned('sm_90')}: the launches it pins, the same bits"] = same and seen == (
+            ["_gemm_group_kernel"] if pinned("sm_90") else ["_gemm_kernel"] * 3
+        )
+        lin.grouped_launches = lambda target: True
         for n in (2, 3):
             same, seen = group(x, ws[:n], (None,) * n)
             res[f"group of {n} == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
@@ -328,7 +334,7 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
             all(y.grad_fn is not None for y in ys) and "_gemm_group_kernel" not in launched
         )
     finally:
-        lin.launch = real
+        lin.launch, lin.grouped_launches = real_launch, pinned
     return res
 
 

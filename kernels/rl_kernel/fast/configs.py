@@ -53,7 +53,7 @@ WHERE = "rl_kernel.fast configs.toml"
 
 def _require(table: dict, keys: set[str], where: str, ints: bool = True, optional: frozenset = frozenset()) -> None:
     require_keys(table, keys, f"{WHERE}: {where}", ints, optional,
-                 free=("block_k_by_nk", "buckets", "dx_buckets", "tma"))  # fmt: skip
+                 free=("block_k_by_nk", "buckets", "dx_buckets", "tma", "group"))  # fmt: skip
 
 
 # tma = true: the GEMM runs persistent and TMA-fed (NVIDIA sm_90 and later): how operands reach shared memory and
@@ -110,7 +110,11 @@ def _check_target(name: str, t: dict) -> None:
     if not isinstance(launch["enable_fp_fusion"], bool):
         raise ConfigError(f"{WHERE}: {where}.launch.enable_fp_fusion must be true or false")
     lin = t["linear"]
-    _require(lin, {"block_k", "buckets", "block_k_by_nk"}, f"{where}.linear", optional=frozenset({"dx_buckets"}))
+    _require(
+        lin, {"block_k", "buckets", "block_k_by_nk"}, f"{where}.linear", optional=frozenset({"dx_buckets", "group"})
+    )
+    if not isinstance(lin.get("group", False), bool):
+        raise ConfigError(f"{WHERE}: {where}.linear.group must be true or false, got {lin['group']!r}")
     for key in ("buckets", "dx_buckets"):
         if key in lin:
             _check_buckets(name, lin[key], f"{where}.linear.{key}")
@@ -143,6 +147,12 @@ def target_config(target: str) -> dict[str, Any]:
         known = ", ".join(sorted(configs()["targets"]))
         raise ValueError(f"rl_kernel.fast: no pinned config for target {target!r} in configs.toml (pinned: {known})")
     return t
+
+
+def grouped_launches(target: str) -> bool:
+    """Whether linear_group launches two or three linears of one input at once on this target (linear.group;
+    the same bits either way, so a speed knob: on where it was measured faster)."""
+    return bool(target_config(target)["linear"].get("group", False))
 
 
 def linear_block_k(target: str, n: int, k: int) -> int:

@@ -19,7 +19,7 @@ import functools
 import torch
 
 from rl_kernel._validate import needs_autograd
-from rl_kernel.fast.configs import config_for
+from rl_kernel.fast.configs import config_for, grouped_launches
 from rl_kernel.triton_tier import launch, target_of
 
 try:
@@ -331,23 +331,32 @@ def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 
 
 def _group_config(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> dict | None:
-    """The one config every linear of a group takes (the pointer kernel's, equal for all), else None."""
+    """The one config every linear of a group takes (the pointer kernel's, equal for all), else None; None where the
+    target does not group its launches (configs.toml's linear.group)."""
     m, k = x.shape
     target = target_of(x.device)
+    if not grouped_launches(target):
+        return None
     cfgs = [config_for("linear", target, m=m, n=w.shape[0], k=k) for w in weights]
     same = all(c == cfgs[0] for c in cfgs)
     return cfgs[0] if same and not cfgs[0].get("tma") else None
 
 
-def forward_group_2d(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, ...]:
+def forward_group_2d(
+    x: torch.Tensor, weights: tuple, biases: tuple, cfg: dict | None = None
+) -> tuple[torch.Tensor, ...]:
     """(forward_2d(x, w, b) for each weight and bias), their bits: for two or three weights, one launch of
-    _gemm_group_kernel where all take one pointer-kernel config (decode rows), row-major operands and all or no
-    biases; else a launch each."""
+    _gemm_group_kernel where all take one pointer-kernel config (decode rows) and the target groups its launches,
+    row-major operands and all or no biases; else a launch each. cfg (a pointer-kernel config) groups them
+    whatever the target's knob (tests, bench/launch_cost.py)."""
     m, k = x.shape
     has_bias = biases[0] is not None
     groupable = 2 <= len(weights) <= 3 and all((b is not None) == has_bias for b in biases)
     row_major = x.stride(1) == 1 and all(w.stride(1) == 1 for w in weights)
-    cfg = _group_config(x, weights) if groupable and row_major and m and k else None
+    if not (groupable and row_major and m and k) or (cfg is not None and cfg.get("tma")):
+        cfg = None
+    elif cfg is None:
+        cfg = _group_config(x, weights)
     if cfg is None:
         return tuple(forward_2d(x, w, b) for w, b in zip(weights, biases, strict=True))
     outs = [torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device) for w in weights]
