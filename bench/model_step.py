@@ -20,12 +20,15 @@ sizes: a run that checks the script, without the fast tier).
 A tier named mode-TIER runs the unpatched model under rl_kernel.mode(TIER) instead of patch(model, tier=TIER): the
 same step, the aten operators served by the tier (its fused head: rl_kernel.lm_head_logprobs with that tier).
 Each timing is synced and queued (bench.timing, median of --reps after one warm-up); the exact tier runs
---exact-reps (its training step takes seconds).
+--exact-reps (its training step takes seconds). --interleave N then times the rollout N more rounds, every tier once
+per round in turn on the same weights (synced): the median per tier and the median of each round's ratio to stock's,
+a paired figure that a host whose speed drifts between the tiers' runs moves less (the eager rollout is host-bound).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable
 
@@ -163,6 +166,7 @@ def arguments(argv: list[str] | None):
     for name, default in sizes.items():
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    ap.add_argument("--interleave", type=int, default=0, help="rounds of the tiers' rollouts in turn (see above)")
     ap.add_argument("--syncs", action="store_true", help="where each stage makes the host wait for the GPU")
     ap.add_argument("--skip", default="", help="comma-separated stages left out: check, rollout, train (e.g. a mode's "
                     "eager rollout, every aten op through Python dispatch, takes minutes at 1.7B)")  # fmt: skip
@@ -173,6 +177,25 @@ def arguments(argv: list[str] | None):
     if unknown := set(args.skip) - {"check", "rollout", "train"}:
         ap.error(f"--skip takes check, rollout and train, not {', '.join(sorted(unknown))}")
     return args
+
+
+def interleaved_rollout(model, tiers: list[str], rounds: int, rollout_p, new: int) -> dict:
+    """The rollout of every tier once per round, in turn (synced, one warm-up round): each tier's seconds, their
+    median, and the median over the rounds of its time over stock's in the same round."""
+    seconds: dict[str, list[float]] = {t: [] for t in tiers}
+    for r in range(rounds + 1):
+        for tier in tiers:
+            with model_shapes.in_tier(model, tier):
+                took = timing.synced({tier: lambda: rollout.generate(model.eval(), *rollout_p, new, keep_logits=False)},
+                                     1, warmup=0)[tier]  # fmt: skip
+            if r:  # round 0 warms every tier up
+                seconds[tier].append(took)
+    out = {"rounds": rounds, "seconds": seconds, "median_s": {t: statistics.median(v) for t, v in seconds.items()}}
+    if "stock" in seconds:
+        out["paired_over_stock"] = {
+            t: statistics.median(a / b for a, b in zip(v, seconds["stock"], strict=True)) for t, v in seconds.items()
+        }
+    return out
 
 
 def ratios_over_stock(record: dict) -> None:
@@ -220,6 +243,14 @@ def main(argv: list[str] | None = None) -> int:
         record[tier] = run_tier(model, tier, args, check_p, rollout_p, train_ids)
     ratios_over_stock(record)
     table(record, args.tiers)
+    if args.interleave and "rollout" not in args.skip:
+        model.load_state_dict(initial)
+        record["interleaved_rollout"] = inter = interleaved_rollout(model, args.tiers, args.interleave, rollout_p,
+                                                                    args.new)  # fmt: skip
+        for tier in args.tiers:
+            paired = inter.get("paired_over_stock", {}).get(tier, float("nan"))
+            print(f"interleaved rollout, {args.interleave} rounds: {tier:6} median {inter['median_s'][tier]:.3f} s, "
+                  f"paired x stock {paired:.3f}", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -111,9 +111,13 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     out = tmp_path / "step.json"
     sizes = ["--batch", "2", "--prompt-min", "3", "--prompt-max", "6", "--new", "3", "--train-batch", "2",
              "--train-len", "12", "--check-batch", "2", "--check-new", "3", "--reps", "1"]  # fmt: skip
-    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact,mode-exact", *sizes, "--json", str(out))
+    res = run_bench("model_step", "--model", "tiny", "--tiers", "stock,exact,mode-exact", *sizes, "--interleave", "2",
+                    "--json", str(out))  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     record = json.loads(out.read_text())
+    inter = record["interleaved_rollout"]  # each tier's rollout twice, in turn, and its paired ratio to stock's
+    assert inter["rounds"] == 2 and all(len(v) == 2 and min(v) > 0 for v in inter["seconds"].values())
+    assert inter["paired_over_stock"]["stock"] == 1.0 and inter["paired_over_stock"]["exact"] > 0
     assert record["shape"]["layers"] == 2 and record["env"]["device"] == "cpu"
     for tier in ("stock", "exact", "mode-exact"):
         check = record[tier]["check"]
