@@ -28,7 +28,6 @@ a paired figure that a host whose speed drifts between the tiers' runs moves les
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Callable
 
@@ -180,22 +179,17 @@ def arguments(argv: list[str] | None):
 
 
 def interleaved_rollout(model, tiers: list[str], rounds: int, rollout_p, new: int) -> dict:
-    """The rollout of every tier once per round, in turn (synced, one warm-up round): each tier's seconds, their
-    median, and the median over the rounds of its time over stock's in the same round."""
-    seconds: dict[str, list[float]] = {t: [] for t in tiers}
-    for r in range(rounds + 1):
-        for tier in tiers:
+    """The rollout of every tier once per round, in turn (bench.timing.paired; one warm-up round), stock the
+    baseline where it is among the tiers."""
+
+    def in_tier(tier: str) -> Callable[[], None]:
+        def run() -> None:
             with model_shapes.in_tier(model, tier):
-                took = timing.synced({tier: lambda: rollout.generate(model.eval(), *rollout_p, new, keep_logits=False)},
-                                     1, warmup=0)[tier]  # fmt: skip
-            if r:  # round 0 warms every tier up
-                seconds[tier].append(took)
-    out = {"rounds": rounds, "seconds": seconds, "median_s": {t: statistics.median(v) for t, v in seconds.items()}}
-    if "stock" in seconds:
-        out["paired_over_stock"] = {
-            t: statistics.median(a / b for a, b in zip(v, seconds["stock"], strict=True)) for t, v in seconds.items()
-        }
-    return out
+                rollout.generate(model.eval(), *rollout_p, new, keep_logits=False)
+
+        return run
+
+    return timing.paired({t: in_tier(t) for t in tiers}, rounds, baseline="stock" if "stock" in tiers else tiers[0])
 
 
 def ratios_over_stock(record: dict) -> None:
@@ -248,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         record["interleaved_rollout"] = inter = interleaved_rollout(model, args.tiers, args.interleave, rollout_p,
                                                                     args.new)  # fmt: skip
         for tier in args.tiers:
-            paired = inter.get("paired_over_stock", {}).get(tier, float("nan"))
+            paired = next(v for k, v in inter.items() if k.startswith("paired_over_"))[tier]
             print(f"interleaved rollout, {args.interleave} rounds: {tier:6} median {inter['median_s'][tier]:.3f} s, "
                   f"paired x stock {paired:.3f}", flush=True)  # fmt: skip
     if args.json:

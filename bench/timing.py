@@ -40,9 +40,9 @@ def warm(fns: Fns, warmup: int = WARMUP) -> None:
     sync()
 
 
-def _wall(fns: Fns, reps: int, warmup: int, sync_after: bool) -> dict[str, float]:
-    """Median perf_counter seconds of one call of each contender, round robin, a host sync before each call (and
-    after it with sync_after)."""
+def _rounds(fns: Fns, reps: int, warmup: int, sync_after: bool) -> dict[str, list[float]]:
+    """perf_counter seconds of each call of each contender, round robin, a host sync before each call (and after it
+    with sync_after)."""
     warm(fns, warmup)
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(reps):
@@ -54,7 +54,27 @@ def _wall(fns: Fns, reps: int, warmup: int, sync_after: bool) -> dict[str, float
                 sync()
             times[k].append(time.perf_counter() - t0)
     sync()
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def _wall(fns: Fns, reps: int, warmup: int, sync_after: bool) -> dict[str, float]:
+    """Median perf_counter seconds of one call of each contender (_rounds)."""
+    return {k: statistics.median(v) for k, v in _rounds(fns, reps, warmup, sync_after).items()}
+
+
+def paired(fns: Fns, reps: int, baseline: str, warmup: int = 1) -> dict:
+    """The contenders in turn, `reps` rounds, synced: each one's seconds, their median, and the median over the
+    rounds of its time over the baseline's in the same round (a figure that a host drifting between contenders
+    moves less than a ratio of medians)."""
+    times = _rounds(fns, reps, warmup, sync_after=True)
+    return {
+        "rounds": reps,
+        "seconds": times,
+        "median_s": {k: statistics.median(v) for k, v in times.items()},
+        f"paired_over_{baseline}": {
+            k: statistics.median(a / b for a, b in zip(v, times[baseline], strict=True)) for k, v in times.items()
+        },
+    }
 
 
 def synced(fns: Fns, reps: int, warmup: int = WARMUP) -> dict[str, float]:
