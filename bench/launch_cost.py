@@ -71,6 +71,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     """operator -> {contender: call} at the 1.7B shape: hidden 2048, 16 / 8 heads of 128, MLP 6144."""
     from rl_kernel.fast.configs import config_for
     from rl_kernel.fast.decoder import attention as fast_attention
+    from rl_kernel.fast.decoder import group as fast_group
     from rl_kernel.fast.decoder import linear as fast_linear
     from rl_kernel.triton_tier import target_of
 
@@ -105,7 +106,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
             "stock: two F.linear": lambda: (F.linear(x, w_gate), F.linear(x, w_up)),
             "fast: two linears (public)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
             "fast linear_group (public; configs.toml's group)": lambda: fast["linear"].group(x, pair, (None, None)),
-            "fast forward_group_2d, grouped": lambda: fast_linear.forward_group_2d(x2, pair, (None, None), cfg=cfg),
+            "fast forward_group_2d, grouped": lambda: fast_group.forward_group_2d(x2, pair, (None, None), cfg=cfg),
         },
         "rms_norm 2048": {
             "stock (transformers)": lambda: _stock_rms_norm(x, norm_w),

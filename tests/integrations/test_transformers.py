@@ -386,8 +386,9 @@ def test_the_fast_tier_generate_equals_every_forward_grouped_or_not(
         kernels.append(kernel.fn.__name__)
         return real(kernel, *args, **kwargs)
 
-    monkeypatch.setattr(fast.linear_kernels, "launch", counted)
-    monkeypatch.setattr(fast.linear_kernels, "grouped_launches", lambda target: True)  # whatever configs.toml pins
+    for module in (fast.linear_kernels, fast.group_kernels):
+        monkeypatch.setattr(module, "launch", counted)
+    monkeypatch.setattr(fast.group_kernels, "grouped_launches", lambda target: True)  # whatever configs.toml pins
     r = M.generate(model, p, NEW, 7, "cuda")
     assert "_gemm_group_kernel" in kernels  # the control: the group ran
     views = M.forward_views(model, r, p, "cuda")

@@ -290,13 +290,13 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
     kernel for decode rows with the bits of the separate linears (a K tail and three K steps, N not a multiple of
     the tile, with and without biases, leading dims); a launch each where it cannot group (the TMA bucket, some
     biases only, a gradient) or the target does not (configs.toml's linear.group), the same bits."""
-    lin = fast.linear_kernels
+    lin, grp = fast.linear_kernels, fast.group_kernels
     k = 168
     x = torch.randn(4, 8, k, generator=g).bfloat16()
     ws = tuple((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (80, 48, 112))
     bs = tuple(torch.randn(w.shape[0], generator=g).bfloat16() for w in ws)
     launched: list[str] = []
-    real_launch, pinned = lin.launch, lin.grouped_launches
+    real_launch, pinned = lin.launch, grp.grouped_launches
 
     def counted(kernel, *args, **kwargs):
         launched.append(kernel.fn.__name__)
@@ -310,13 +310,13 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
         return same and len(ys) == len(weights), seen
 
     res = {}
-    lin.launch = counted
+    lin.launch = grp.launch = counted
     try:
         same, seen = group(x, ws, (None,) * 3)
         res[f"target's pinned group = {pinned('sm_90')}: the launches it pins, the same bits"] = same and seen == (
             ["_gemm_group_kernel"] if pinned("sm_90") else ["_gemm_kernel"] * 3
         )
-        lin.grouped_launches = lambda target: True
+        grp.grouped_launches = lambda target: True
         for n in (2, 3):
             same, seen = group(x, ws[:n], (None,) * n)
             res[f"group of {n} == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
@@ -334,7 +334,8 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
             all(y.grad_fn is not None for y in ys) and "_gemm_group_kernel" not in launched
         )
     finally:
-        lin.launch, lin.grouped_launches = real_launch, pinned
+        lin.launch = grp.launch = real_launch
+        grp.grouped_launches = pinned
     return res
 
 

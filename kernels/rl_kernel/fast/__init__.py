@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from rl_kernel.fast.decoder import attention as attention_kernels
+from rl_kernel.fast.decoder import group as group_kernels
 from rl_kernel.fast.decoder import linear as linear_kernels
 from rl_kernel.fast.decoder.norm import rms_norm
 from rl_kernel.triton_tier import check_tensors, require_triton
@@ -45,7 +46,7 @@ def linear_group(
     check_tensors(TIER, "linear", x=x, **{f"weight{i}": w for i, w in enumerate(weights)},
                   **{f"bias{i}": b for i, b in enumerate(biases)})  # fmt: skip
     require_triton(TIER)
-    return linear_kernels.linear_group(x, weights, biases)
+    return group_kernels.linear_group(x, weights, biases)
 
 
 linear.group = linear_group
@@ -84,4 +85,14 @@ def attention(
     return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate)
 
 
-__all__ = ["OPERATORS", "attention", "attention_kernels", "linear", "linear_kernels", "mm", "rms_norm"]
+__all__ = [
+    "OPERATORS",
+    "attention",
+    "attention_kernels",
+    "group_kernels",
+    "linear",
+    "linear_group",
+    "linear_kernels",
+    "mm",
+    "rms_norm",
+]

@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl_kernel.fast import attention_kernels, linear_kernels
+from rl_kernel.fast import attention_kernels, group_kernels, linear_kernels
 from rl_kernel.fast.configs import configs, target_config
 
 try:
@@ -185,7 +185,7 @@ def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, 
 def compile_gemm_group(target: str, dtype: str, tile: dict, options: dict):
     """The group kernel (two or three linears of one input in one launch: a decode step's q/k/v, gate/up),
     row-major operands."""
-    fn = linear_kernels._gemm_group_kernel
+    fn = group_kernels._gemm_group_kernel
     types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
     const = {"HAS_BIAS": False, "EVEN_K": True, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
              "BLOCK_K": tile["block_k"], "GROUP_M": tile["group_m"]}  # fmt: skip
