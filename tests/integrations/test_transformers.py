@@ -301,8 +301,9 @@ def test_projections_are_grouped_only_through_plain_swapped_linears() -> None:
     """A tier linear with a group form (the fast tier's: one launch for q/k/v, one for gate/up) computes an
     attention's or an MLP's projections together where they are the patch's own linears with no hook and no
     gradient can flow, with the bits of the calls they replace; a hook (the module's or a global one), an adapter
-    in place of one, a gradient, or a linear without a group form (the exact tier's, a control's) gets the calls
-    it would see."""
+    in place of one, a gradient, a group form that would not launch them once on the input's device (configs.toml's
+    linear.group off), or a linear without a group form (the exact tier's, a control's) gets the calls it would
+    see."""
     import torch.nn.functional as F
 
     model = patched("qwen3", "bf16", "cpu")
@@ -310,10 +311,13 @@ def test_projections_are_grouped_only_through_plain_swapped_linears() -> None:
     L = layer.mlp._rl_layers
     assert not hasattr(L.linear, "group")  # the exact tier: the calls as before
     grouped: list[int] = []
+    launches_once = [True]
 
     def group(x, weights, biases):
         grouped.append(len(weights))
         return tuple(F.linear(x, w, b) for w, b in zip(weights, biases, strict=True))
+
+    group.launches_once = lambda x: launches_once[0]
 
     layer.self_attn._rl_layers = layer.mlp._rl_layers = type(L)(**{**vars(L), "linear": L.linear})
     layer.self_attn._rl_layers.linear = layer.mlp._rl_layers.linear = _with_group(L.linear, group)
@@ -341,6 +345,9 @@ def test_projections_are_grouped_only_through_plain_swapped_linears() -> None:
     assert run() == [3]
     layer.mlp.up_proj = original
     assert run() == [2, 3]
+    launches_once[0] = False  # the target does not group: no group is made, and no projection is computed early
+    assert run() == []
+    launches_once[0] = True
     assert all("_rl_ready" not in p.__dict__ for p in (layer.self_attn.q_proj, layer.self_attn.k_proj))
     grouped.clear()
     model(input_ids=ids).logits.sum().backward()  # a gradient: the attention's projections are called one by one

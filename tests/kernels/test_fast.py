@@ -75,6 +75,12 @@ def test_cpu_tensors_name_the_exact_tier(no_interpreter) -> None:
         fast.attention(q, k, k, pos, start)
 
 
+def test_no_group_is_made_for_cpu_tensors(no_interpreter) -> None:
+    """Without the interpreter the fast tier has no CPU kernels: its group form says it launches nothing once (a patched
+    model's linears then make their own calls, which name the exact tier)."""
+    assert fast.linear.group.launches_once(torch.zeros(2, 8).bfloat16()) is False
+
+
 def test_fp32_is_refused(no_interpreter) -> None:
     with pytest.raises(TypeError, match=r"bfloat16/float16 only.*TF32"):
         fast.linear(torch.randn(2, 8), torch.randn(4, 8))
@@ -316,7 +322,9 @@ def _check_group(g: torch.Generator) -> dict[str, bool]:
         res[f"target's pinned group = {pinned('sm_90')}: the launches it pins, the same bits"] = same and seen == (
             ["_gemm_group_kernel"] if pinned("sm_90") else ["_gemm_kernel"] * 3
         )
+        res["launches_once follows the pinned knob"] = grp.launches_once(x) == pinned("sm_90")
         grp.grouped_launches = lambda target: True
+        res["launches_once where the target groups"] = grp.launches_once(x)
         for n in (2, 3):
             same, seen = group(x, ws[:n], (None,) * n)
             res[f"group of {n} == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]

@@ -88,7 +88,7 @@ def _attention_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
     x = args[0] if args else kwargs.get("hidden_states")
     projections = (self.q_proj, self.k_proj, self.v_proj)
     ready = None
-    if isinstance(x, torch.Tensor) and not needs_autograd(x, *(p.weight for p in projections)):
+    if isinstance(x, torch.Tensor) and not needs_autograd(x, *(t for p in projections for t in (p.weight, p.bias))):
         ready = _grouped(x, projections, self._rl_layers)
     if ready is None:
         return original(self, *args, **kwargs)
@@ -103,10 +103,11 @@ def _attention_forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
 
 def _grouped(x: torch.Tensor, linears: tuple[nn.Module, ...], layers: Any) -> tuple[torch.Tensor, ...] | None:
     """Each linear's output for x through the tier linear's group form (one launch, the same bits), or None where
-    the tier's linear has none (the exact tier's, a control's) or one of them is not a plain swapped linear (a hook
-    or an adapter must see its own call)."""
+    the tier's linear has none (the exact tier's, a control's), would not launch them once on x's device (its
+    launches_once: configs.toml's linear.group), or one of them is not a plain swapped linear (a hook or an adapter
+    must see its own call)."""
     group = getattr(layers.linear, "group", None)
-    if group is None or not all(_plain_linear(m) for m in linears):
+    if group is None or not group.launches_once(x) or not all(_plain_linear(m) for m in linears):
         return None
     return group(x, tuple(m.weight for m in linears), tuple(m.bias for m in linears))
 

@@ -23,7 +23,7 @@ from rl_kernel.fast.decoder.linear import (  # Triton, or linear's stand-ins whe
     tl,
     triton,
 )
-from rl_kernel.triton_tier import launch, target_of
+from rl_kernel.triton_tier import interpreting, launch, target_of
 
 
 @_jit(do_not_specialize=["M"])
@@ -75,13 +75,21 @@ def _gemm_group_kernel(
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
 
 
+def launches_once(x: torch.Tensor) -> bool:
+    """Whether linear_group can launch a group once for x: a GPU (or the interpreter) whose target groups its
+    launches (configs.toml's linear.group). Where it cannot, a patched model's modules make their own calls."""
+    if x.device.type != "cuda" and not interpreting():
+        return False
+    return grouped_launches(target_of(x.device))
+
+
 def _group_config(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> dict | None:
     """The one config every linear of a group takes (the pointer kernel's, equal for all), else None; None where the
     target does not group its launches (configs.toml's linear.group)."""
     m, k = x.shape
-    target = target_of(x.device)
-    if not grouped_launches(target):
+    if not launches_once(x):
         return None
+    target = target_of(x.device)
     cfgs = [config_for("linear", target, m=m, n=w.shape[0], k=k) for w in weights]
     same = all(c == cfgs[0] for c in cfgs)
     return cfgs[0] if same and not cfgs[0].get("tma") else None
