@@ -234,9 +234,14 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
     """kernel[grid](*args, **kwargs) for a @triton.jit kernel whose parameters are all given (positionally, then by
     name), through the kept CompiledKernel when this specialization was launched before. The interpreter, launch
     hooks and arguments the key cannot describe take Triton's own launch."""
+    _launched(kernel, grid, args, kwargs)
+
+
+def _launched(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> tuple | None:
+    """launch(); (the CompiledKernel, the flat arguments, the device) where the launch was kept, else None."""
     if interpreting() or _hooked(kernel):
         kernel[grid](*args, **kwargs)
-        return
+        return None
     try:
         key, flat = _flatten((*args, *(kwargs[n] for n in kernel.arg_names[len(args) :])), _constexprs(kernel))
         device = torch.cuda.current_device()
@@ -244,14 +249,54 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
         compiled = _LAUNCHED.get(key)
     except (_Uncached, KeyError, TypeError):  # a descriptor, a parameter left to its default, an unhashable option
         kernel[grid](*args, **kwargs)
-        return
+        return None
     if compiled is None:
         compiled = kernel[grid](*args, **kwargs)  # Triton's launch: compiles or finds the kernel, and runs it
         if len(_LAUNCHED) >= _KEPT:
             _LAUNCHED.clear()
-        _LAUNCHED[key] = compiled.result() if hasattr(compiled, "result") else compiled
-        return
+        compiled = _LAUNCHED[key] = compiled.result() if hasattr(compiled, "result") else compiled
+        return compiled, flat, device
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     stream = _stream_of()(device)
     compiled.run(grid[0], g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *flat)
+    return compiled, flat, device
+
+
+class Replay:
+    """One launch to run again for other tensors of the same layouts (a plan, rl_kernel.fast.decoder.plan): the
+    CompiledKernel, grid and non-tensor arguments of a kept launch, its leading tensor arguments given anew, with
+    none of the key's host time. Made only where every tensor was 16-byte aligned (what Triton specialized on): call
+    it with such tensors only. Under the interpreter it is Triton's own launch with the same other arguments."""
+
+    __slots__ = ("_device", "_grid", "_kernel", "_kwargs", "_rest")
+
+    def __init__(self, kernel: Any, grid: tuple[int, ...], device: int | None, rest: tuple, kwargs: dict) -> None:
+        self._kernel, self._device, self._rest, self._kwargs = kernel, device, rest, kwargs
+        self._grid = grid if device is None else (*grid, 1, 1)[:3]
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        c = self._kernel
+        if self._device is None:
+            c[self._grid](*tensors, *self._rest, **self._kwargs)
+            return
+        pointers = [t.data_ptr() for t in tensors]
+        c.run(*self._grid, _stream_of()(self._device), c.function, c.packed_metadata, None, None, None, *pointers,
+              *self._rest)  # fmt: skip
+
+
+def launch_replay(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Replay | None:
+    """launch(kernel, grid, *args, **kwargs), and its Replay where the launch can be replayed: kept (or the
+    interpreter's), no hook, every tensor argument before the others and 16-byte aligned. Else None."""
+    values = (*args, *(kwargs.get(n) for n in kernel.arg_names[len(args) :]))
+    lead = next((i for i, v in enumerate(values) if not isinstance(v, torch.Tensor)), len(values))
+    replayable = not _hooked(kernel) and not any(isinstance(v, torch.Tensor) for v in values[lead:])
+    replayable = replayable and all(t.data_ptr() % 16 == 0 for t in values[:lead])
+    if interpreting():
+        kernel[grid](*args, **kwargs)
+        return Replay(kernel, grid, None, args[lead:], kwargs) if replayable and lead <= len(args) else None
+    kept = _launched(kernel, grid, args, kwargs)
+    if kept is None or not replayable:
+        return None
+    compiled, flat, device = kept
+    return Replay(compiled, grid, device, tuple(flat[lead:]), {})

@@ -86,6 +86,29 @@ def test_a_repeat_runs_the_kept_kernel_with_every_parameter_in_order(kernel: Ker
     assert third[-3] == 33
 
 
+def test_a_replay_runs_the_kept_kernel_with_new_tensors_and_the_same_rest(kernel: Kernel) -> None:
+    """launch_replay: the launch, then a Replay that runs the kept kernel with other tensors' pointers and the first
+    call's other arguments (a plan's call), on the stream current at the replay."""
+    x, y = torch.zeros(64), torch.ones(64)
+    replay = triton_tier.launch_replay(kernel, (5, 2), x, 17, 0.5, BLOCK=32, num_warps=4)
+    assert replay is not None and len(kernel.triton_launches) == 1 and kernel.compiled.runs == []
+    replay(y)
+    expected = (5, 2, 1, 777, "cu-function", "packed", None, None, None, y.data_ptr(), 17, 0.5, 32)
+    assert kernel.compiled.runs == [expected]
+    again = triton_tier.launch_replay(kernel, (5, 2), x, 17, 0.5, BLOCK=32, num_warps=4)  # kept: no Triton launch
+    assert again is not None and len(kernel.triton_launches) == 1 and len(kernel.compiled.runs) == 2
+
+
+def test_no_replay_where_tensors_do_not_lead_are_misaligned_or_hooked(kernel: Kernel) -> None:
+    x = torch.zeros(64)
+    trailing = triton_tier.launch_replay(kernel, (5,), x, 17, x, BLOCK=32, num_warps=4)  # a tensor after an int
+    misaligned = triton_tier.launch_replay(kernel, (5,), x[1:], 17, 0.5, BLOCK=32, num_warps=4)
+    kernel.pre_run_hooks.append(lambda *a, **k: None)
+    hooked = triton_tier.launch_replay(kernel, (5,), x, 17, 0.5, BLOCK=32, num_warps=4)
+    assert (trailing, misaligned, hooked) == (None, None, None)
+    assert len(kernel.triton_launches) + len(kernel.compiled.runs) == 3  # each still launched
+
+
 # Ints Triton types and specializes differently (native_specialize_impl): each class boundary on both sides.
 INTS = (0, 1, 2, 15, 16, 17, 32, 33, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 1, -(2**31), -(2**31) - 1,
         -(2**31) - 16, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, -(2**63), 2**64 - 16, 2**64 - 1)  # fmt: skip

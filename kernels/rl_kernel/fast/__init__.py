@@ -20,6 +20,7 @@ import torch
 from rl_kernel.fast.decoder import attention as attention_kernels
 from rl_kernel.fast.decoder import group as group_kernels
 from rl_kernel.fast.decoder import linear as linear_kernels
+from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.norm import rms_norm
 from rl_kernel.triton_tier import check_tensors, require_triton
 
@@ -31,6 +32,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """F.linear(x, weight, bias) in the fast tier: y = x W^T (+ bias after the K loop, in fp32), fp32
     accumulation on the matrix cores, rounded once to x's dtype. x [..., K], weight [N, K], bias [N].
     A row of y has the same bits at every batch size; the backward (dX, dW, db) is deterministic."""
+    planned = plans.run(x, (weight,), (bias,))  # a layout checked and launched before, no gradient (a decode step)
+    if planned is not None:
+        return planned[0]
     check_tensors(TIER, "linear", x=x, weight=weight, bias=bias)
     require_triton(TIER)
     return linear_kernels.linear(x, weight, bias)
@@ -43,6 +47,9 @@ def linear_group(
     can flow: an attention's q/k/v or an MLP's gate/up projections at a decode step. The group form of `linear`
     (linear.group): a patched model takes it only from the linear it would call (a control's linear has none, and
     its modules call it once each)."""
+    planned = plans.run(x, weights, biases)
+    if planned is not None:
+        return planned
     check_tensors(TIER, "linear", x=x, **{f"weight{i}": w for i, w in enumerate(weights)},
                   **{f"bias{i}": b for i, b in enumerate(biases)})  # fmt: skip
     require_triton(TIER)

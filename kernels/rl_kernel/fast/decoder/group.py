@@ -12,6 +12,7 @@ import torch
 
 from rl_kernel._validate import needs_autograd
 from rl_kernel.fast.configs import config_for, grouped_launches
+from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.linear import (  # Triton, or linear's stand-ins where it is missing
     _check_shapes,
     _jit,
@@ -23,7 +24,7 @@ from rl_kernel.fast.decoder.linear import (  # Triton, or linear's stand-ins whe
     tl,
     triton,
 )
-from rl_kernel.triton_tier import interpreting, launch, target_of
+from rl_kernel.triton_tier import interpreting, launch, launch_replay, target_of
 
 
 @_jit(do_not_specialize=["M"])
@@ -95,13 +96,22 @@ def _group_config(x: torch.Tensor, weights: tuple[torch.Tensor, ...]) -> dict | 
     return cfgs[0] if same and not cfgs[0].get("tma") else None
 
 
+def group_operands(x: torch.Tensor, ws: tuple, bs: tuple, outs: tuple) -> tuple[torch.Tensor, ...]:
+    """_gemm_group_kernel's tensor arguments: x, the three slots' weights, outputs and biases (a group of two fills
+    its third slot with the first's, which no program reads; an output stands in for an absent bias)."""
+    w3, y3, b3 = (ws[2], outs[2], bs[2]) if len(ws) == 3 else (ws[0], outs[0], None)
+    b1, b2 = (bs[0], bs[1]) if bs[0] is not None else (outs[0], outs[1])
+    return x, ws[0], ws[1], w3, outs[0], outs[1], y3, b1, b2, y3 if b3 is None else b3
+
+
 def forward_group_2d(
-    x: torch.Tensor, weights: tuple, biases: tuple, cfg: dict | None = None
+    x: torch.Tensor, weights: tuple, biases: tuple, cfg: dict | None = None, plan: tuple | None = None
 ) -> tuple[torch.Tensor, ...]:
     """(forward_2d(x, w, b) for each weight and bias), their bits: for two or three weights, one launch of
     _gemm_group_kernel where all take one pointer-kernel config (decode rows) and the target groups its launches,
     row-major operands and all or no biases; else a launch each. cfg (a pointer-kernel config) groups them
-    whatever the target's knob (tests, bench/launch_cost.py)."""
+    whatever the target's knob (tests, bench/launch_cost.py); plan: the call's plan key (fast.decoder.plan), under
+    which the grouped launch is kept (the pinned configs' calls only)."""
     m, k = x.shape
     has_bias = biases[0] is not None
     groupable = 2 <= len(weights) <= 3 and all((b is not None) == has_bias for b in biases)
@@ -110,23 +120,24 @@ def forward_group_2d(
         cfg = None
     elif cfg is None:
         cfg = _group_config(x, weights)
+    else:
+        plan = None  # a config given is no plan of the pinned one's
     if cfg is None:
         return tuple(forward_2d(x, w, b) for w, b in zip(weights, biases, strict=True))
-    outs = [torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device) for w in weights]
+    outs = tuple(torch.empty((m, w.shape[0]), dtype=x.dtype, device=x.device) for w in weights)
     bm, bn = cfg["block_m"], cfg["block_n"]
     tiles = triton.cdiv(m, bm) * sum(triton.cdiv(w.shape[0], bn) for w in weights)
-    w3, y3, b3 = (weights[2], outs[2], biases[2]) if len(weights) == 3 else (weights[0], outs[0], None)
-    n3 = w3.shape[0] if len(weights) == 3 else 0
-    w1, w2 = weights[:2]
-    b1, b2 = biases[:2]
-    launch(
-        _gemm_group_kernel, (tiles,), x, w1, w2, w3, outs[0], outs[1], y3, b1 if has_bias else outs[0],
-        b2 if has_bias else outs[1], b3 if b3 is not None else y3, m, w1.shape[0], w2.shape[0], n3, k, x.stride(0),
-        w1.stride(0), w2.stride(0), w3.stride(0), HAS_BIAS=has_bias, EVEN_K=k % cfg["block_k"] == 0, BLOCK_M=bm,
-        BLOCK_N=bn, BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **cfg["launch"],
+    n3 = weights[2].shape[0] if len(weights) == 3 else 0
+    replay = (launch if plan is None else launch_replay)(
+        _gemm_group_kernel, (tiles,), *group_operands(x, weights, biases, outs), m, weights[0].shape[0],
+        weights[1].shape[0], n3, k, x.stride(0), weights[0].stride(0), weights[1].stride(0),
+        weights[2 if n3 else 0].stride(0), HAS_BIAS=has_bias, EVEN_K=k % cfg["block_k"] == 0, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=cfg["block_k"], GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **cfg["launch"],
     )  # fmt: skip
-    return tuple(outs)
+    if plan is not None:
+        plans.keep(plan, replay, tuple(w.shape[0] for w in weights), group_operands)
+    return outs
 
 
 def linear_group(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, ...]:
@@ -138,7 +149,9 @@ def linear_group(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.
         _check_shapes(x, w, b)
     if needs_autograd(x, *weights, *biases):
         return tuple(linear(x, w, b) for w, b in zip(weights, biases, strict=True))
+    plan = plans.key(x, weights, biases)  # kept for the next call of these layouts (a decode step's)
     x2 = x.contiguous().reshape(-1, x.shape[-1])
     ws = tuple(w.contiguous() for w in weights)
     bs = tuple(None if b is None else b.contiguous() for b in biases)
-    return tuple(y.view(*x.shape[:-1], w.shape[0]) for y, w in zip(forward_group_2d(x2, ws, bs), ws, strict=True))
+    outs = forward_group_2d(x2, ws, bs, plan=plan)
+    return tuple(y.view(*x.shape[:-1], w.shape[0]) for y, w in zip(outs, ws, strict=True))

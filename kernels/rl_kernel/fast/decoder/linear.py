@@ -20,7 +20,8 @@ import torch
 
 from rl_kernel._validate import needs_autograd
 from rl_kernel.fast.configs import config_for
-from rl_kernel.triton_tier import launch, target_of
+from rl_kernel.fast.decoder import plan as plans
+from rl_kernel.triton_tier import launch, launch_replay, target_of
 
 try:
     import triton
@@ -177,10 +178,11 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 # ---- launches -------------------------------------------------------------------------------------
 def _launch_gemm(
     a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None,
-    into: torch.Tensor | None = None,
+    into: torch.Tensor | None = None, plan: tuple | None = None,
 ):  # fmt: skip
     """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
-    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead."""
+    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead.
+    plan: the plan key of a linear's call (fast.decoder.plan), under which a replayable launch is kept."""
     m, k = a.shape
     c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device) if into is None else into
     if m == 0 or n == 0 or (k == 0 and into is not None):
@@ -199,7 +201,7 @@ def _launch_gemm(
             **cfg["launch"],
         )  # fmt: skip
         return c
-    launch(
+    replay = (launch if plan is None else launch_replay)(
         _gemm_kernel,
         (tiles,),
         a,
@@ -226,7 +228,14 @@ def _launch_gemm(
         num_stages=cfg["num_stages"],
         **cfg["launch"],
     )
+    if plan is not None:
+        plans.keep(plan, replay, (n,), linear_operands)
     return c
+
+
+def linear_operands(x: torch.Tensor, ws: tuple, bs: tuple, outs: tuple) -> tuple[torch.Tensor, ...]:
+    """A linear's tensor arguments of _gemm_kernel (a, b, c, bias; c where there is no bias), for its plan."""
+    return x, ws[0], outs[0], outs[0] if bs[0] is None else bs[0]
 
 
 def _tma_readable(t: torch.Tensor) -> bool:
@@ -272,13 +281,18 @@ def _multiprocessors(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def forward_2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: dict | None = None):
+def forward_2d(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: dict | None = None, plan: tuple | None = None
+) -> torch.Tensor:
     """y [M, N] = x [M, K] @ weight[N, K]^T (+ bias): the M bucket's tile, (N, K)'s BLOCK_K.
-    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only)."""
+    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
+    plan: the call's plan key (fast.decoder.plan; the pinned config's calls only)."""
     m, k = x.shape
     n = weight.shape[0]
+    if cfg is not None:
+        plan = None
     cfg = cfg or config_for("linear", target_of(x.device), m=m, n=n, k=k)
-    return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias)
+    return _launch_gemm(x, (weight.stride(1), weight.stride(0)), weight, n, cfg, bias, plan=plan)
 
 
 def grad_x_2d(
@@ -446,8 +460,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """rl_kernel.fast.linear after its device/dtype checks: shapes, then the kernels (or the op)."""
     _check_shapes(x, weight, bias)
     # Contiguous operands: the kernel's loads (and so its speed, never its sums) assume row-major inputs.
-    x, weight = x.contiguous(), weight.contiguous()
-    bias = None if bias is None else bias.contiguous()
     if not needs_autograd(x, weight, bias):
-        return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias).view(*x.shape[:-1], weight.shape[0])
-    return _linear_op(x, weight, bias)
+        plan = plans.key(x, (weight,), (bias,))  # kept for the next call of these layouts (a decode step's)
+        x, weight = x.contiguous(), weight.contiguous()
+        bias = None if bias is None else bias.contiguous()
+        return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias, plan=plan).view(*x.shape[:-1], weight.shape[0])
+    x, weight = x.contiguous(), weight.contiguous()
+    return _linear_op(x, weight, None if bias is None else bias.contiguous())

@@ -1,0 +1,168 @@
+"""rl_kernel.fast's plans (fast.decoder.plan): a decode step's linear, or group of linears, launched again for
+operands of the layouts it was checked and launched with, through the kept launch's Replay (no checks, no config,
+no key). In Triton's interpreter (a subprocess): a repeat launches nothing through launch / launch_replay and gives
+the first call's bits; new tensors of the same layouts give their own bits (the pointers are passed anew); every
+other layout (M, dtype, strides, a bias or none), a pointer not 16-byte aligned, a gradient or a non-contiguous
+operand takes the full path, with its bits. On a GPU: the planned linears of a decode step == the full path's bits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+from triton_interpreter import failed, interpret, shim
+
+import rl_kernel.fast as fast
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+
+
+@pytest.mark.slow
+def test_interpreter_plans() -> None:
+    found = interpret(__file__, "plans")
+    assert len(found) >= 14
+    assert not failed(found), failed(found)
+
+
+def _counting(launched: list[str]):
+    """Wrap linear's and group's launch and launch_replay so each launch names its kernel in `launched`."""
+    lin, grp = fast.linear_kernels, fast.group_kernels
+    real = {(m, n): getattr(m, n) for m in (lin, grp) for n in ("launch", "launch_replay")}
+
+    def counted(fn):
+        def run(kernel, *args, **kwargs):
+            launched.append(kernel.fn.__name__)
+            return fn(kernel, *args, **kwargs)
+
+        return run
+
+    for (m, n), fn in real.items():
+        setattr(m, n, counted(fn))
+    return lambda: [setattr(m, n, fn) for (m, n), fn in real.items()]
+
+
+def _check_plans() -> dict[str, bool]:
+    from rl_kernel.fast.decoder import plan as plans
+
+    g = torch.Generator().manual_seed(0)
+    k = 168  # a K tail: 168 = 2 x 64 + 40
+    x = torch.randn(4, 1, k, generator=g).bfloat16()  # a decode step's rows
+    w, w2 = ((torch.randn(80, k, generator=g) * 0.2).bfloat16() for _ in range(2))
+    b = torch.randn(80, generator=g).bfloat16()
+    launched: list[str] = []
+    restore = _counting(launched)
+
+    def call(fn, *args) -> tuple[object, list[str]]:
+        launched.clear()
+        return fn(*args), list(launched)
+
+    def full(fn, *args):  # the full path's result: every plan forgotten first
+        plans.clear()
+        out = fn(*args)
+        plans.clear()
+        return out
+
+    res = {}
+    try:
+        for bias in (None, b):
+            tag = "with a bias" if bias is not None else "no bias"
+            ref = full(fast.linear, x, w, bias)
+            first, seen = call(fast.linear, x, w, bias)
+            kept = seen == ["_gemm_kernel"] and _same(first, ref)
+            res[f"{tag}: the first call launches once and keeps its plan"] = kept
+            again, seen = call(fast.linear, x, w, bias)
+            res[f"{tag}: a repeat launches nothing (its plan), the same bits"] = seen == [] and _same(again, ref)
+            x2 = torch.randn(4, 1, k, generator=g).bfloat16()
+            other, seen = call(fast.linear, x2, w2, bias)
+            res[f"{tag}: new tensors of the same layouts: the plan, their own bits"] = seen == [] and _same(
+                other, full(fast.linear, x2, w2, bias)
+            )
+        # Every other layout takes the full path (a launch), with the full path's bits.
+        buf = torch.randn(4 * k + 1, generator=g).bfloat16()
+        cases = {
+            "another M": torch.randn(6, 1, k, generator=g).bfloat16(),
+            "fp16": torch.randn(4, 1, k, generator=g).half(),
+            "a pointer not 16-byte aligned": buf[1:].view(4, 1, k),
+            "x not contiguous": torch.randn(4, 2, k, generator=g).bfloat16()[:, :1],
+        }
+        fast.linear(x, w)  # the plan of (x, w) is there
+        for name, xs in cases.items():
+            ws = w.half() if xs.dtype == torch.float16 else w
+            ref = full(fast.linear, xs, ws)
+            fast.linear(x, w)
+            (y, seen), (y2, _) = call(fast.linear, xs, ws), call(fast.linear, xs, ws)  # the second: its own plan?
+            bits = _same(y, ref) and _same(y2, ref)
+            res[f"{name}: the full path, its bits, twice"] = seen == ["_gemm_kernel"] and bits
+        fast.linear(x, w)
+        xg = x.clone().requires_grad_()
+        y, seen = call(fast.linear, xg, w)
+        res["a gradient: the custom op with its autograd"] = y.grad_fn is not None and seen == ["_gemm_kernel"]
+        # A group (the target grouping its launches): its plan, the separate linears' bits, its own operands.
+        grp, pinned = fast.group_kernels, fast.group_kernels.grouped_launches
+        grp.grouped_launches = lambda target: True
+        ws3 = tuple((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (80, 48, 112))
+        bs3 = tuple(torch.randn(n, generator=g).bfloat16() for n in (80, 48, 112))
+        for n, biases in ((2, (None, None)), (3, bs3)):
+            group = (x, ws3[:n], biases[:n])
+            plans.clear()
+            _, seen = call(fast.linear_group, *group)
+            res[f"group of {n}: the first call launches once"] = seen == ["_gemm_group_kernel"]
+            ys, seen = call(fast.linear_group, *group)
+            singles = [full(fast.linear, x, wi, bi) for wi, bi in zip(*group[1:], strict=True)]
+            res[f"group of {n}: a repeat launches nothing, the linears' bits"] = seen == [] and all(
+                _same(y, s) for y, s in zip(ys, singles, strict=True)
+            )
+            swapped = (x, tuple(reversed(ws3[:n])) if n == 2 else ws3[:n], biases[:n])  # 80/48 swapped: another layout
+            ys, seen = call(fast.linear_group, *swapped)
+            res[f"group of {n}: weights of other layouts launch again"] = n == 3 or seen == ["_gemm_group_kernel"]
+        grp.grouped_launches = pinned
+    finally:
+        restore()
+    return res
+
+
+@pytest.mark.gpu
+def test_planned_decode_linears_have_the_full_paths_bits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU: a decode step's linears and groups (1.7B sizes, batch 32) through their plans == the full path,
+    for the tensors the plan was made with and for others of the same layouts."""
+    from rl_kernel.fast.decoder import plan as plans
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape, scale=1.0):
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) * scale
+
+    def full(fn, *args):
+        plans.clear()
+        return fn(*args)
+
+    x, x2 = rand(32, 1, 2048), rand(32, 1, 2048)
+    weights = [rand(n, 2048, scale=0.02) for n in (2048, 1024, 1024, 6144, 6144)]
+    biases = [rand(n) for n in (2048, 1024, 1024)]
+    calls = [(w, None) for w in weights] + list(zip(weights[:3], biases, strict=True))
+    monkeypatch.setattr(fast.group_kernels, "grouped_launches", lambda target: True)  # whatever configs.toml pins
+    groups = [(tuple(weights[:3]), tuple(biases)), (tuple(weights[3:]), (None, None))]
+    with torch.no_grad():
+        singles = {id(xs): [full(fast.linear, xs, w, b) for w, b in calls] for xs in (x, x2)}
+        grouped = {id(xs): [full(fast.linear_group, xs, ws, bs) for ws, bs in groups] for xs in (x, x2)}
+        plans.clear()
+        for xs in (x, x2):  # x's first calls keep the plans; x2 (other pointers) takes them
+            for _ in range(3):
+                for (w, b), f in zip(calls, singles[id(xs)], strict=True):
+                    assert _same(fast.linear(xs, w, b), f)
+                for (ws, bs), f in zip(groups, grouped[id(xs)], strict=True):
+                    assert all(_same(y, r) for y, r in zip(fast.linear_group(xs, ws, bs), f, strict=True))
+            assert all(_same(y, singles[id(xs)][i]) for y, i in zip(grouped[id(xs)][0], (5, 6, 7), strict=True))
+        assert len(plans._PLANS) >= 4
+
+
+if __name__ == "__main__":
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
+    shim()
+    print(json.dumps({"plans": _check_plans}[sys.argv[1]]()))
