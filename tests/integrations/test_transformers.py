@@ -387,19 +387,24 @@ def test_the_fast_tier_generate_equals_every_forward_grouped_or_not(
     model = hf.patch(M.build(family, VOCAB, "bf16", 0, "cuda").eval(), tier="fast")
     p = M.prompts(5, VOCAB, 0)
     kernels: list[str] = []
-    real = fast.linear_kernels.launch
 
-    def counted(kernel, *args, **kwargs):
-        kernels.append(kernel.fn.__name__)
-        return real(kernel, *args, **kwargs)
+    def counting(real):
+        def counted(kernel, *args, **kwargs):
+            kernels.append(kernel.fn.__name__)
+            return real(kernel, *args, **kwargs)
 
-    for module in (fast.linear_kernels, fast.group_kernels):
-        monkeypatch.setattr(module, "launch", counted)
+        return counted
+
+    for module in (fast.linear_kernels, fast.group_kernels):  # a launch, or the first of a plan (fast.decoder.plan)
+        for name in ("launch", "launch_replay"):
+            monkeypatch.setattr(module, name, counting(getattr(fast.linear_kernels, name)))
     monkeypatch.setattr(fast.group_kernels, "grouped_launches", lambda target: True)  # whatever configs.toml pins
+    fast.group_kernels.plans.clear()
     r = M.generate(model, p, NEW, 7, "cuda")
     assert "_gemm_group_kernel" in kernels  # the control: the group ran
     views = M.forward_views(model, r, p, "cuda")
     monkeypatch.delattr(fast.linear, "group")
+    fast.group_kernels.plans.clear()
     kernels.clear()
     views["one linear call each"] = M.forward_views(model, r, p, "cuda")["batch, right padded"]
     assert kernels and "_gemm_group_kernel" not in kernels

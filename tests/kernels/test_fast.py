@@ -140,7 +140,7 @@ def test_configs_pin_every_knob() -> None:
         (("schema = 1", "schema = 2"), "schema = 1"),
         (("block_k = 64\nblock_k_by_nk = {}", "block_k = 64\nblock_k_by_nk = {}\nsplit_k = 4"), "unknown keys"),
         (("tma = true\nblock_m = 128", "tma = 1\nblock_m = 128"), "tma must be true or false"),
-        (("group = false", "group = 1"), "group must be true or false"),
+        (("group = true", "group = 1"), "group must be true or false"),
         (("[targets.gfx942.linear_dw]\n", "[targets.gfx942.linear_dw]\ntma = true\n"), "sm_90 or later"),
     ],
 )  # fmt: skip
