@@ -5,11 +5,12 @@
 An eager decode step launches every layer's operators from Python, so its time is the host's when the device's
 work is small (bench.profile_rollout says when). Here, at the Qwen3-1.7B shape's sizes for --batch sequences of one
 token (--cache keys in the cache): for each operator, stock PyTorch (what transformers runs), the tier's public
-operator (argument checks, autograd, the dispatcher) and the bare kernel call under it (the exact tier's registered
-op; the fast tier's launch without its wrapper), plus the launch paths' floors: an empty torch op and an empty
-Triton kernel (Triton's launch, and rl_kernel's kept launch, triton_tier.launch). Each figure is bench.timing's
-host time (a sync before each call, none after: the launch path alone) and its queued device time, medians of
---reps calls.
+operator (argument checks, autograd, the dispatcher; a fast linear repeated with operands of one layout takes its
+plan, fast.decoder.plan, and once more with every plan forgotten) and the bare kernel call under it (the exact
+tier's registered op; the fast tier's launch without its wrapper), plus the launch paths' floors: an empty torch op
+and an empty Triton kernel (Triton's launch, and rl_kernel's kept launch, triton_tier.launch). Each figure is
+bench.timing's host time (a sync before each call, none after: the launch path alone) and its queued device time,
+medians of --reps calls.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     from rl_kernel.fast.decoder import attention as fast_attention
     from rl_kernel.fast.decoder import group as fast_group
     from rl_kernel.fast.decoder import linear as fast_linear
+    from rl_kernel.fast.decoder import plan as fast_plan
     from rl_kernel.triton_tier import target_of
 
     dev, bf = "cuda", torch.bfloat16
@@ -99,13 +101,16 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
         "launch floor": {"empty torch op (zero_)": lambda: q_pos.zero_(), **_empty_triton()},
         "linear 2048x2048": {
             "stock F.linear": lambda: F.linear(x, w),
-            "fast linear (public)": lambda: fast["linear"](x, w),
+            "fast linear (public; its plan)": lambda: fast["linear"](x, w),
+            "fast linear (public), no plan": lambda: (fast_plan.clear(), fast["linear"](x, w)),
             "fast forward_2d (no wrapper)": lambda: fast_linear.forward_2d(x.view(batch, 2048), w, None),
         },
         "gate + up 2048 -> 6144": {
             "stock: two F.linear": lambda: (F.linear(x, w_gate), F.linear(x, w_up)),
-            "fast: two linears (public)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
-            "fast linear_group (public; configs.toml's group)": lambda: fast["linear"].group(x, pair, (None, None)),
+            "fast: two linears (public; their plans)": lambda: (fast["linear"](x, w_gate), fast["linear"](x, w_up)),
+            "fast linear_group (public; configs.toml's group; its plan)": lambda: fast["linear"].group(
+                x, pair, (None, None)
+            ),
             "fast forward_group_2d, grouped": lambda: fast_group.forward_group_2d(x2, pair, (None, None), cfg=cfg),
         },
         "rms_norm 2048": {
