@@ -127,6 +127,18 @@ def _check_plans() -> dict[str, bool]:
     return res
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_what_is_not_a_tensor_is_named_by_the_checks_with_or_without_a_plan(grad: bool) -> None:
+    w = torch.randn(4, 8).bfloat16()
+    with torch.set_grad_enabled(grad):
+        with pytest.raises(TypeError, match=r"rl_kernel\.fast\.linear: x must be a torch\.Tensor, got str"):
+            fast.linear("x", w)
+        with pytest.raises(TypeError, match=r"rl_kernel\.fast\.linear: weight must be a torch\.Tensor, got list"):
+            fast.linear(torch.zeros(2, 8).bfloat16(), [1.0])
+        with pytest.raises(TypeError, match=r"rl_kernel\.fast\.linear: weight1 must be a torch\.Tensor, got int"):
+            fast.linear_group(torch.zeros(2, 8).bfloat16(), (w, 3), (None, None))
+
+
 @pytest.mark.gpu
 def test_planned_decode_linears_have_the_full_paths_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """On the GPU: a decode step's linears and groups (1.7B sizes, batch 32) through their plans == the full path,

@@ -50,10 +50,13 @@ def keep(plan_key: tuple, replay: Replay | None, widths: tuple[int, ...], operan
 def run(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, ...] | None:
     """(linear(x, w, b) for each weight and bias) through the plan kept for these operands' layouts, or None where
     there is none, a gradient can flow or a pointer is not 16-byte aligned (the caller then takes its full path)."""
-    if needs_autograd(x, *weights, *biases):
+    try:
+        if needs_autograd(x, *weights, *biases):
+            return None
+        gpu = torch.cuda.current_device() if x.is_cuda else -1
+        kept = _PLANS.get((gpu, _layout(x), tuple(map(_layout, weights)), tuple(map(_layout, biases))))
+    except AttributeError:  # not tensors: the full path's checks name them
         return None
-    gpu = torch.cuda.current_device() if x.is_cuda else -1
-    kept = _PLANS.get((gpu, _layout(x), tuple(map(_layout, weights)), tuple(map(_layout, biases))))
     if kept is None:
         return None
     replay, widths, operands = kept
