@@ -287,69 +287,6 @@ def _check_linear() -> dict[str, bool]:
         (y_split.double() - ref).norm() / ref.norm() < 1e-2
     )
     res.update(_check_tma(g))
-    res.update(_check_group(g))
-    return res
-
-
-def _check_group(g: torch.Generator) -> dict[str, bool]:
-    """linear_group (a decode step's q/k/v or gate/up): on a target that groups its launches, one launch of the group
-    kernel for decode rows with the bits of the separate linears (a K tail and three K steps, N not a multiple of
-    the tile, with and without biases, leading dims); a launch each where it cannot group (the TMA bucket, some
-    biases only, a gradient) or the target does not (configs.toml's linear.group), the same bits."""
-    lin, grp = fast.linear_kernels, fast.group_kernels
-    k = 168
-    x = torch.randn(4, 8, k, generator=g).bfloat16()
-    ws = tuple((torch.randn(n, k, generator=g) * 0.2).bfloat16() for n in (80, 48, 112))
-    bs = tuple(torch.randn(w.shape[0], generator=g).bfloat16() for w in ws)
-    launched: list[str] = []
-    real_launch, real_replay, pinned = lin.launch, lin.launch_replay, grp.grouped_launches
-
-    def counting(fn):
-        def counted(kernel, *args, **kwargs):
-            launched.append(kernel.fn.__name__)
-            return fn(kernel, *args, **kwargs)
-
-        return counted
-
-    def group(x, weights, biases) -> tuple[bool, list[str]]:
-        fast.group_kernels.plans.clear()  # the full path (test_fast_plan.py: the plans')
-        launched.clear()
-        ys = fast.linear_group(x, weights, biases)
-        seen = list(launched)
-        same = all(_same(y, fast.linear(x, w, b)) for y, w, b in zip(ys, weights, biases, strict=True))
-        return same and len(ys) == len(weights), seen
-
-    res = {}
-    lin.launch, grp.launch = counting(real_launch), counting(real_launch)
-    lin.launch_replay, grp.launch_replay = counting(real_replay), counting(real_replay)
-    try:
-        same, seen = group(x, ws, (None,) * 3)
-        res[f"target's pinned group = {pinned('sm_90')}: the launches it pins, the same bits"] = same and seen == (
-            ["_gemm_group_kernel"] if pinned("sm_90") else ["_gemm_kernel"] * 3
-        )
-        res["launches_once follows the pinned knob"] = grp.launches_once(x) == pinned("sm_90")
-        grp.grouped_launches = lambda target: True
-        res["launches_once where the target groups"] = grp.launches_once(x)
-        for n in (2, 3):
-            same, seen = group(x, ws[:n], (None,) * n)
-            res[f"group of {n} == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
-            same, seen = group(x, ws[:n], bs[:n])
-            res[f"group of {n} with biases == the linears (bits), one launch"] = same and seen == ["_gemm_group_kernel"]
-        same, seen = group(x, ws, (bs[0], None, bs[2]))
-        res["some biases: a launch each, the same bits"] = same and seen == ["_gemm_kernel"] * 3
-        x_big = torch.randn(300, k, generator=g).bfloat16()  # M = 300: the TMA bucket on sm_90
-        same, seen = group(x_big, ws, (None,) * 3)
-        res["TMA bucket: a launch each, the same bits"] = same and "_gemm_group_kernel" not in seen
-        xg = x.clone().requires_grad_()
-        launched.clear()
-        ys = fast.linear_group(xg, ws, (None,) * 3)
-        res["a gradient: the linears, each with its autograd"] = (
-            all(y.grad_fn is not None for y in ys) and "_gemm_group_kernel" not in launched
-        )
-    finally:
-        lin.launch = grp.launch = real_launch
-        lin.launch_replay = grp.launch_replay = real_replay
-        grp.grouped_launches = pinned
     return res
 
 
