@@ -266,8 +266,9 @@ def _launched(kernel: Any, grid: tuple[int, ...], args: tuple, kwargs: dict) -> 
 class Replay:
     """One launch to run again for other tensors of the same layouts (a plan, rl_kernel.fast.decoder.plan): the
     CompiledKernel, grid and non-tensor arguments of a kept launch, its leading tensor arguments given anew, with
-    none of the key's host time. Made only where every tensor was 16-byte aligned (what Triton specialized on): call
-    it with such tensors only. Under the interpreter it is Triton's own launch with the same other arguments."""
+    none of the key's host time. Made only where every tensor was 16-byte aligned (what Triton specialized on), it
+    launches nothing for a tensor that is not. Under the interpreter it is Triton's own launch with the same other
+    arguments."""
 
     __slots__ = ("_device", "_grid", "_kernel", "_kwargs", "_rest")
 
@@ -275,14 +276,18 @@ class Replay:
         self._kernel, self._device, self._rest, self._kwargs = kernel, device, rest, kwargs
         self._grid = grid if device is None else (*grid, 1, 1)[:3]
 
-    def __call__(self, *tensors: torch.Tensor) -> None:
+    def __call__(self, *tensors: torch.Tensor) -> bool:
+        """Launch with these tensors; False, and nothing launched, where a pointer is not 16-byte aligned."""
+        pointers = [t.data_ptr() for t in tensors]
+        if any(p % 16 for p in pointers):
+            return False
         c = self._kernel
         if self._device is None:
             c[self._grid](*tensors, *self._rest, **self._kwargs)
-            return
-        pointers = [t.data_ptr() for t in tensors]
-        c.run(*self._grid, _stream_of()(self._device), c.function, c.packed_metadata, None, None, None, *pointers,
-              *self._rest)  # fmt: skip
+        else:
+            c.run(*self._grid, _stream_of()(self._device), c.function, c.packed_metadata, None, None, None, *pointers,
+                  *self._rest)  # fmt: skip
+        return True
 
 
 def launch_replay(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Replay | None:

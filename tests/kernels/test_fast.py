@@ -15,7 +15,6 @@ Without Triton the Triton tests skip, except with CI=true, where a missing Trito
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from triton_interpreter import interpret, shim
+from triton_interpreter import interpret, serve
 
 import rl_kernel.fast as fast
 import rl_kernel.fast.configs as fast_configs
@@ -441,8 +440,4 @@ def _check_head() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    shim()
-    checks = {"linear": _check_linear, "attention": _check_attention, "head": _check_head}
-    result = checks[sys.argv[1]]()
-    print(json.dumps(result))
+    serve({"linear": _check_linear, "attention": _check_attention, "head": _check_head})

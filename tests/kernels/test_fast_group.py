@@ -5,19 +5,12 @@ tests/kernels/test_fast_plan.py."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import pytest
 import torch
-from triton_interpreter import failed, interpret, shim
+from triton_interpreter import failed, interpret, serve
 
 import rl_kernel.fast as fast
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+from rl_kernel.bitwise import bits_equal
 
 
 @pytest.mark.slow
@@ -53,7 +46,7 @@ def _check_group() -> dict[str, bool]:
         launched.clear()
         ys = fast.linear_group(x, weights, biases)
         seen = list(launched)
-        same = all(_same(y, fast.linear(x, w, b)) for y, w, b in zip(ys, weights, biases, strict=True))
+        same = all(bits_equal(y, fast.linear(x, w, b)) for y, w, b in zip(ys, weights, biases, strict=True))
         return same and len(ys) == len(weights), seen
 
     res = {}
@@ -91,6 +84,4 @@ def _check_group() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    shim()
-    print(json.dumps({"group": _check_group}[sys.argv[1]]()))
+    serve({"group": _check_group})

@@ -8,19 +8,12 @@ operand takes the full path, with its bits. On a GPU: the planned linears of a d
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-
 import pytest
 import torch
-from triton_interpreter import failed, interpret, shim
+from triton_interpreter import failed, interpret, serve
 
 import rl_kernel.fast as fast
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int16), b.contiguous().view(torch.int16))
+from rl_kernel.bitwise import bits_equal
 
 
 @pytest.mark.slow
@@ -74,13 +67,13 @@ def _check_plans() -> dict[str, bool]:
             tag = "with a bias" if bias is not None else "no bias"
             ref = full(fast.linear, x, w, bias)
             first, seen = call(fast.linear, x, w, bias)
-            kept = seen == ["_gemm_kernel"] and _same(first, ref)
+            kept = seen == ["_gemm_kernel"] and bits_equal(first, ref)
             res[f"{tag}: the first call launches once and keeps its plan"] = kept
             again, seen = call(fast.linear, x, w, bias)
-            res[f"{tag}: a repeat launches nothing (its plan), the same bits"] = seen == [] and _same(again, ref)
+            res[f"{tag}: a repeat launches nothing (its plan), the same bits"] = seen == [] and bits_equal(again, ref)
             x2 = torch.randn(4, 1, k, generator=g).bfloat16()
             other, seen = call(fast.linear, x2, w2, bias)
-            res[f"{tag}: new tensors of the same layouts: the plan, their own bits"] = seen == [] and _same(
+            res[f"{tag}: new tensors of the same layouts: the plan, their own bits"] = seen == [] and bits_equal(
                 other, full(fast.linear, x2, w2, bias)
             )
         # Every other layout takes the full path (a launch), with the full path's bits.
@@ -97,7 +90,7 @@ def _check_plans() -> dict[str, bool]:
             ref = full(fast.linear, xs, ws)
             fast.linear(x, w)
             (y, seen), (y2, _) = call(fast.linear, xs, ws), call(fast.linear, xs, ws)  # the second: its own plan?
-            bits = _same(y, ref) and _same(y2, ref)
+            bits = bits_equal(y, ref) and bits_equal(y2, ref)
             res[f"{name}: the full path, its bits, twice"] = seen == ["_gemm_kernel"] and bits
         fast.linear(x, w)
         xg = x.clone().requires_grad_()
@@ -116,7 +109,7 @@ def _check_plans() -> dict[str, bool]:
             ys, seen = call(fast.linear_group, *group)
             singles = [full(fast.linear, x, wi, bi) for wi, bi in zip(*group[1:], strict=True)]
             res[f"group of {n}: a repeat launches nothing, the linears' bits"] = seen == [] and all(
-                _same(y, s) for y, s in zip(ys, singles, strict=True)
+                bits_equal(y, s) for y, s in zip(ys, singles, strict=True)
             )
             swapped = (x, tuple(reversed(ws3[:n])) if n == 2 else ws3[:n], biases[:n])  # 80/48 swapped: another layout
             ys, seen = call(fast.linear_group, *swapped)
@@ -167,14 +160,12 @@ def test_planned_decode_linears_have_the_full_paths_bits(monkeypatch: pytest.Mon
         for xs in (x, x2):  # x's first calls keep the plans; x2 (other pointers) takes them
             for _ in range(3):
                 for (w, b), f in zip(calls, singles[id(xs)], strict=True):
-                    assert _same(fast.linear(xs, w, b), f)
+                    assert bits_equal(fast.linear(xs, w, b), f)
                 for (ws, bs), f in zip(groups, grouped[id(xs)], strict=True):
-                    assert all(_same(y, r) for y, r in zip(fast.linear_group(xs, ws, bs), f, strict=True))
-            assert all(_same(y, singles[id(xs)][i]) for y, i in zip(grouped[id(xs)][0], (5, 6, 7), strict=True))
+                    assert all(bits_equal(y, r) for y, r in zip(fast.linear_group(xs, ws, bs), f, strict=True))
+            assert all(bits_equal(y, singles[id(xs)][i]) for y, i in zip(grouped[id(xs)][0], (5, 6, 7), strict=True))
         assert len(plans._PLANS) >= 4
 
 
 if __name__ == "__main__":
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    shim()
-    print(json.dumps({"plans": _check_plans}[sys.argv[1]]()))
+    serve({"plans": _check_plans})

@@ -5,13 +5,11 @@ the pairing that the same checks catch."""
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 
 import pytest
 import torch
-from triton_interpreter import failed, interpret, need_triton, shim
+from triton_interpreter import failed, interpret, need_triton, serve
 
 from rl_kernel import mode_ops, mode_tree
 
@@ -150,8 +148,4 @@ def _check_mutant() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    import json
-
-    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
-    shim()
-    print(json.dumps({"bits": lambda: _check_bits("cpu", CASES), "mutant": _check_mutant}[sys.argv[1]]()))
+    serve({"bits": lambda: _check_bits("cpu", CASES), "mutant": _check_mutant})

@@ -92,9 +92,10 @@ def test_a_replay_runs_the_kept_kernel_with_new_tensors_and_the_same_rest(kernel
     x, y = torch.zeros(64), torch.ones(64)
     replay = triton_tier.launch_replay(kernel, (5, 2), x, 17, 0.5, BLOCK=32, num_warps=4)
     assert replay is not None and len(kernel.triton_launches) == 1 and kernel.compiled.runs == []
-    replay(y)
+    assert replay(y) is True
     expected = (5, 2, 1, 777, "cu-function", "packed", None, None, None, y.data_ptr(), 17, 0.5, 32)
     assert kernel.compiled.runs == [expected]
+    assert replay(y[1:]) is False and len(kernel.compiled.runs) == 1  # not 16-byte aligned: nothing launched
     again = triton_tier.launch_replay(kernel, (5, 2), x, 17, 0.5, BLOCK=32, num_warps=4)  # kept: no Triton launch
     assert again is not None and len(kernel.triton_launches) == 1 and len(kernel.compiled.runs) == 2
 

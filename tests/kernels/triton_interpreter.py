@@ -29,6 +29,13 @@ def interpret(module_file: str, check: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def serve(checks: dict) -> None:
+    """The subprocess side of `interpret`: run the check named by argv[1] under the interpreter, print its JSON."""
+    assert os.environ.get("TRITON_INTERPRET") == "1", "run through the tests (TRITON_INTERPRET=1)"
+    shim()
+    print(json.dumps(checks[sys.argv[1]]()))
+
+
 def failed(found: dict) -> dict:
     """The checks of an interpreter run that did not hold."""
     return {k: v for k, v in found.items() if v is not True}

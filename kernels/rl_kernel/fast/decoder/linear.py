@@ -204,10 +204,7 @@ def _launch_gemm(
     replay = (launch if plan is None else launch_replay)(
         _gemm_kernel,
         (tiles,),
-        a,
-        b,
-        c,
-        bias if bias is not None else c,
+        *linear_operands(a, (b,), (bias,), (c,)),
         m,
         n,
         k,
@@ -459,11 +456,11 @@ def _check_shapes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """rl_kernel.fast.linear after its device/dtype checks: shapes, then the kernels (or the op)."""
     _check_shapes(x, weight, bias)
+    grad = needs_autograd(x, weight, bias)
+    plan = None if grad else plans.key(x, (weight,), (bias,))  # kept for the next call of these layouts
     # Contiguous operands: the kernel's loads (and so its speed, never its sums) assume row-major inputs.
-    if not needs_autograd(x, weight, bias):
-        plan = plans.key(x, (weight,), (bias,))  # kept for the next call of these layouts (a decode step's)
-        x, weight = x.contiguous(), weight.contiguous()
-        bias = None if bias is None else bias.contiguous()
-        return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias, plan=plan).view(*x.shape[:-1], weight.shape[0])
     x, weight = x.contiguous(), weight.contiguous()
-    return _linear_op(x, weight, None if bias is None else bias.contiguous())
+    bias = None if bias is None else bias.contiguous()
+    if grad:
+        return _linear_op(x, weight, bias)
+    return forward_2d(x.reshape(-1, x.shape[-1]), weight, bias, plan=plan).view(*x.shape[:-1], weight.shape[0])

@@ -28,13 +28,17 @@ def _layout(t: torch.Tensor | None) -> tuple | None:
     return None if t is None else (t.shape, t.stride(), t.dtype, t.device)
 
 
+def _key(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple:
+    gpu = torch.cuda.current_device() if x.is_cuda else -1
+    return gpu, _layout(x), tuple(map(_layout, weights)), tuple(map(_layout, biases))
+
+
 def key(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple | None:
     """The plan's key of these operands, or None where no plan may be kept for them (an operand not contiguous:
     the launch reads a contiguous copy, not the tensor a later call would give)."""
     if not all(t is None or t.is_contiguous() for t in (x, *weights, *biases)):
         return None
-    gpu = torch.cuda.current_device() if x.is_cuda else -1
-    return gpu, _layout(x), tuple(map(_layout, weights)), tuple(map(_layout, biases))
+    return _key(x, weights, biases)
 
 
 def keep(plan_key: tuple, replay: Replay | None, widths: tuple[int, ...], operands: Operands) -> None:
@@ -53,20 +57,14 @@ def run(x: torch.Tensor, weights: tuple, biases: tuple) -> tuple[torch.Tensor, .
     try:
         if needs_autograd(x, *weights, *biases):
             return None
-        gpu = torch.cuda.current_device() if x.is_cuda else -1
-        kept = _PLANS.get((gpu, _layout(x), tuple(map(_layout, weights)), tuple(map(_layout, biases))))
+        kept = _PLANS.get(_key(x, weights, biases))
     except AttributeError:  # not tensors: the full path's checks name them
         return None
     if kept is None:
         return None
     replay, widths, operands = kept
-    lead = x.shape[:-1]
-    outs = tuple(x.new_empty((*lead, n)) for n in widths)
-    tensors = operands(x, weights, biases, outs)
-    if any(t.data_ptr() % 16 for t in tensors):
-        return None
-    replay(*tensors)
-    return outs
+    outs = tuple(x.new_empty((*x.shape[:-1], n)) for n in widths)
+    return outs if replay(*operands(x, weights, biases, outs)) else None
 
 
 def clear() -> None:
