@@ -5,9 +5,9 @@
 
 At the RL step's training size (8 x 1024 tokens, Qwen3-1.7B's hidden 2048 and vocabulary 151936, bf16), a
 training head = forward (token log-probs and entropy) + backward (dHidden, dWeight), timed synced and queued
-(bench.timing, medians); and the peak of memory allocated during one call above what was allocated before it
-(torch.cuda.max_memory_allocated). Contenders (bench.contenders): rl_kernel.lm_head_logprobs (exact and fast
-tiers) and each tier's unfused path (head.unfused: the logits materialised), stock PyTorch (F.linear +
+(bench.timing, medians); and the peak of memory allocated during one call above what was allocated before it, its
+gradients included (torch.cuda.max_memory_allocated). Contenders (bench.contenders): rl_kernel.lm_head_logprobs
+(exact and fast tiers) and each tier's unfused path (head.unfused: the logits materialised), stock PyTorch (F.linear +
 log_softmax + gather + entropy), and Liger's fused linear cross-entropy (where liger-kernel is installed; it
 gives the loss, not per-token log-probs, and no entropy). Before timing, the bit checks the head promises:
 fused == unfused log-probs, entropy and dWeight, per tier, and dHidden run to run (integer views of the bits).
@@ -49,7 +49,11 @@ def step(fn, h, w, t):
     return call
 
 
-def peak_bytes(call) -> int:
+def peak_bytes(call, *params: torch.Tensor) -> int:
+    """The peak of memory allocated during one call above what was allocated before it, the params' gradients
+    of an earlier call freed first (the call frees them itself: counted in the base, they hid that much)."""
+    for p in params:
+        p.grad = None
     torch.cuda.synchronize()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -117,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{k}: {v}")
     calls = {k: step(fn, h, w, t) for k, fn in contenders(tiers).items()}
     timing.warm(calls, 1)
-    peaks = {k: peak_bytes(c) for k, c in calls.items()}
+    peaks = {k: peak_bytes(c, h, w) for k, c in calls.items()}
     times = timing.both(calls, args.reps, warmup=0)
     logits_gb = args.tokens * args.vocab * 2 / 1e9
     rows = []

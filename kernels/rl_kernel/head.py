@@ -185,8 +185,11 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     h, weight, bias, tokens, stats, ent = saved
     g = tiers.get(plan.tier).head_gemms()
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
-    dws, dbs = [], []
+    # dWeight and dBias preallocated, each chunk's rows stored in place: no second copy of them at the end.
+    dw = torch.empty_like(weight) if need[1] else None
+    db = torch.empty_like(bias) if need[2] and bias is not None else None
     for s in plan.chunks(plan.me):
+        at = s.start - plan.ranks[plan.me].start
         z = _chunk_logits(g, plan, h, weight, bias, s)
         d = _logit_grad(plan, s, z, tokens, stats, ent, g_logp, g_ent)
         z_dtype = z.dtype
@@ -196,16 +199,20 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
         if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to z's dtype
             d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(h.dtype)
         if dh is not None:
-            _add_dx(g, plan, d, weight.narrow(0, s.start - plan.ranks[plan.me].start, s.width), dh)
-        if need[1]:
-            dws.append(g.dw(d, h))
-        if need[2]:
-            dbs.append(g.db(d))
-    return (
-        None if dh is None else _round(_sum_ranks(plan, dh), h.dtype),
-        torch.cat(dws) if need[1] else None,
-        torch.cat(dbs) if need[2] else None,
-    )
+            _add_dx(g, plan, d, weight.narrow(0, at, s.width), dh)
+        if dw is not None:
+            _dw_into(g, d, h, dw.narrow(0, at, s.width))
+        if db is not None:
+            db.narrow(0, at, s.width).copy_(g.db(d))
+    return None if dh is None else _round(_sum_ranks(plan, dh), h.dtype), dw, db
+
+
+def _dw_into(g: HeadGemms, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
+    """A chunk's rows of dWeight stored into `out` (the tier's GEMM stores them there where it can)."""
+    if g.dw_into is not None:
+        g.dw_into(d, h, out)
+    else:
+        out.copy_(g.dw(d, h))
 
 
 def _logit_grad(plan: _Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> torch.Tensor | None:

@@ -56,6 +56,8 @@ class HeadGemms:
     dx_add(d, w_chunk, dh): dh += dx(d, w_chunk) in place, with the bits of that fp32 add (one kernel: the GEMM adds
         its result to dh as it stores it); None: the head adds dx's result itself
     dw(d, h) -> [C, H];  db(d) -> [C]
+    dw_into(d, h, out): dw's result stored into out (a [C, H] row range of dWeight) by the GEMM itself; None: the
+        head copies dw's result there
     check(hidden, weight, bias): the tier's own argument checks (device, dtype, toolchain), or None
     call_elements: how many logits one call of the head's walk may hold (rows x columns); the walk then takes
         several vocabulary chunks per call (fewer launches, the same bits); 0: one chunk per call
@@ -68,6 +70,7 @@ class HeadGemms:
     check: Callable[..., None] | None = None
     call_elements: int = 0
     dx_add: Callable[..., None] | None = None
+    dw_into: Callable[..., None] | None = None
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,17 @@ def test_mixed_devices_and_dtypes_are_refused(no_interpreter) -> None:
         fast.attention(q, q, q, torch.arange(3, device="meta")[None], torch.zeros(1, dtype=torch.long))
 
 
+@pytest.mark.parametrize(
+    "out", [torch.empty(6, 4, dtype=torch.float32), torch.empty(4, 6, dtype=torch.bfloat16)], ids=["dtype", "shape"]
+)
+def test_dweight_into_a_wrong_buffer_is_refused(out: torch.Tensor) -> None:
+    from rl_kernel.fast.decoder import linear as fl
+
+    dy, x = torch.zeros(3, 6, dtype=torch.bfloat16), torch.zeros(3, 4, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"grad_w_2d: out must be torch.bfloat16 \[6, 4\]"):
+        fl.grad_w_2d(dy, x, out=out)
+
+
 def test_import_without_triton_fails_only_at_the_call() -> None:
     code = (
         "import sys; sys.modules['triton'] = None\n"

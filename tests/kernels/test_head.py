@@ -354,6 +354,24 @@ def test_peak_memory_is_an_eighth_of_the_logits() -> None:
     assert fused <= logits_bytes / 8, f"fused head peak {fused} bytes > 1/8 of the logits ({logits_bytes} bytes)"
 
 
+def test_dweight_is_held_once() -> None:
+    """The backward stores each chunk's rows of dWeight into one preallocated gradient: at a head whose dWeight
+    outweighs everything else, the peak is the weight the head saves and one dWeight (2.1x the weight's bytes; a
+    list of chunks joined at the end held two dWeights: 3.0x)."""
+    rows, hid, vocab = 16, 512, 16384
+    h, w, tok = case(rows, hid, vocab, torch.bfloat16, seed=2)
+    wg = w.clone().requires_grad_()
+    w_bytes = vocab * hid * 2
+
+    def step():
+        logp = head.lm_head_logprobs(h, wg, tok)
+        logp.sum().backward()
+
+    peak = peak_bytes(step)
+    assert wg.grad is not None and wg.grad.shape == w.shape
+    assert peak < 2.5 * w_bytes, f"peak {peak} bytes: weight + dWeight ({2 * w_bytes} bytes) and more than that"
+
+
 # ---- bad input --------------------------------------------------------------------------------------------
 def _bad(**change):
     h, w, tok = case(4, 16, 64, torch.bfloat16, seed=0)

@@ -35,6 +35,7 @@ def gemms() -> HeadGemms:
         dx=lambda d, w: fl.grad_x_2d(d, w, out_dtype=torch.float32),
         dx_add=fl.add_grad_x_2d,
         dw=lambda d, h: fl.grad_w_2d(d, h),
+        dw_into=lambda d, h, out: fl.grad_w_2d(d, h, out=out),
         db=fl.grad_b_2d,
         check=_check,
         call_elements=CALL_ELEMENTS,

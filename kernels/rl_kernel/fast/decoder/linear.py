@@ -178,13 +178,16 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 # ---- launches -------------------------------------------------------------------------------------
 def _launch_gemm(
     a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None,
-    into: torch.Tensor | None = None, plan: tuple | None = None,
+    into: torch.Tensor | None = None, plan: tuple | None = None, out: torch.Tensor | None = None,
 ):  # fmt: skip
     """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
-    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead.
-    plan: the plan key of a linear's call (fast.decoder.plan), under which a replayable launch is kept."""
+    a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead;
+    out ([M, n], any strides): C is stored there. plan: the plan key of a linear's call (fast.decoder.plan), under
+    which a replayable launch is kept."""
     m, k = a.shape
-    c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device) if into is None else into
+    c = into if into is not None else out
+    if c is None:
+        c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
     if m == 0 or n == 0 or (k == 0 and into is not None):
         return c
     if k == 0:
@@ -315,13 +318,19 @@ def add_grad_x_2d(dy: torch.Tensor, weight: torch.Tensor, into: torch.Tensor, cf
     _launch_gemm(dy, (weight.stride(0), weight.stride(1)), weight, k, cfg, into=into)
 
 
-def grad_w_2d(dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None) -> torch.Tensor:
+def grad_w_2d(
+    dy: torch.Tensor, x: torch.Tensor, cfg: dict | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """dW [N, K] = dY^T [N, M] @ X [M, K]: one tile for every M, reduction over the rows ascending.
     dY^T is copied K-contiguous first (the pointer kernel's matrix cores read an M-major A operand 3-4x slower on
-    the H200), except where the TMA kernel reads dY itself as A^T."""
+    the H200), except where the TMA kernel reads dY itself as A^T. out: dW stored there (dY's dtype, [N, K])."""
+    n, k = dy.shape[1], x.shape[1]
+    if out is not None and (out.dtype != dy.dtype or tuple(out.shape) != (n, k) or out.device != dy.device):
+        raise ValueError(f"grad_w_2d: out must be {dy.dtype} [{n}, {k}] on {dy.device}, got {out.dtype} "
+                         f"{tuple(out.shape)} on {out.device}")  # fmt: skip
     cfg = cfg or config_for("linear_dw", target_of(dy.device))
     a = dy.t() if cfg.get("tma") and _tma_readable(dy) and _tma_readable(x) else dy.t().contiguous()
-    return _launch_gemm(a, (x.stride(0), x.stride(1)), x, x.shape[1], cfg)
+    return _launch_gemm(a, (x.stride(0), x.stride(1)), x, k, cfg, out=out)
 
 
 def _transposed(t: torch.Tensor) -> bool:
