@@ -5,8 +5,9 @@
 An eager decode step launches every layer's operators from Python, so its time is the host's when the device's
 work is small (bench.profile_rollout says when). Here, at the Qwen3-1.7B shape's sizes for --batch sequences of one
 token (--cache keys in the cache): for each operator, stock PyTorch (what transformers runs), the tier's public
-operator (argument checks, autograd, the dispatcher; a fast linear repeated with operands of one layout takes its
-plan, fast.decoder.plan, and once more with every plan forgotten) and the bare kernel call under it (the exact
+operator (argument checks, autograd, the dispatcher; a fast linear or attention repeated with operands of one layout
+takes its plan, fast.decoder.plan, and once more with every plan forgotten; the attention also with a cache a key
+longer each call, as a DynamicCache gives it) and the bare kernel call under it (the exact
 tier's registered op; the fast tier's launch without its wrapper), plus the launch paths' floors: an empty torch op
 and an empty Triton kernel (Triton's launch, and rl_kernel's kept launch, triton_tier.launch). Each figure is
 bench.timing's host time (a sync before each call, none after: the launch path alone) and its queued device time,
@@ -54,6 +55,11 @@ def _attend(fast_attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.
     return fast_attention.forward(q, k, k, q_pos, k_start, 128**-0.5)
 
 
+def _attend_public(attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.Tensor) -> torch.Tensor:
+    k, q_pos = kv_pos
+    return attention(q, k, k, q_pos, k_start, validate=False)
+
+
 def _stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """transformers' Qwen3RMSNorm.forward."""
     h = x.float()
@@ -95,6 +101,8 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     # A decode step's cache grows by one key per step: the attention called with the next key count each time.
     k_long = torch.randn(batch, 8, cache + 64, 128, device=dev, dtype=bf)
     growing = _cycle([(k_long[:, :, : cache + i], torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
+    # ... and as a DynamicCache gives it: a new contiguous tensor each step (what an attention plan takes).
+    cat = _cycle([(k_long[:, :, : cache + i].contiguous(), torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
     reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
     fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
     return {
@@ -130,7 +138,14 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
         },
         f"attention decode ({cache} keys)": {
             "stock SDPA (GQA)": lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-            "fast attention (public)": lambda: fast["attention"](q, k, v, q_pos, k_start, validate=False),
+            "fast attention (public; its plan)": lambda: fast["attention"](q, k, v, q_pos, k_start, validate=False),
+            "fast attention (public), no plan": lambda: (
+                fast_plan.clear(),
+                fast["attention"](q, k, v, q_pos, k_start, validate=False),
+            ),
+            "fast attention (public; its plans), one key more each call": lambda: _attend_public(
+                fast["attention"], q, next(cat), k_start
+            ),
             "fast forward (no wrapper)": lambda: fast_attention.forward(q, k, v, q_pos, k_start, 128**-0.5),
             "fast forward, one key more each call": lambda: _attend(fast_attention, q, next(growing), k_start),
         },

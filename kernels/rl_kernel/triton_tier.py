@@ -267,26 +267,45 @@ class Replay:
     """One launch to run again for other tensors of the same layouts (a plan, rl_kernel.fast.decoder.plan): the
     CompiledKernel, grid and non-tensor arguments of a kept launch, its leading tensor arguments given anew, with
     none of the key's host time. Made only where every tensor was 16-byte aligned (what Triton specialized on), it
-    launches nothing for a tensor that is not. Under the interpreter it is Triton's own launch with the same other
-    arguments."""
+    launches nothing for a tensor that is not. `taking(positions)` makes one that also takes some int arguments anew
+    (a decode step's key count and cache strides), each in the class Triton specialized the kept one on (int_class).
+    Under the interpreter it is Triton's own launch with the same other arguments."""
 
-    __slots__ = ("_device", "_grid", "_kernel", "_kwargs", "_rest")
+    __slots__ = ("_classes", "_device", "_fresh", "_grid", "_kernel", "_kwargs", "_rest")
 
-    def __init__(self, kernel: Any, grid: tuple[int, ...], device: int | None, rest: tuple, kwargs: dict) -> None:
+    def __init__(
+        self, kernel: Any, grid: tuple[int, ...], device: int | None, rest: tuple, kwargs: dict, fresh: tuple = ()
+    ) -> None:
+        if not all(type(rest[p]) is int for p in fresh):
+            raise TypeError(f"rl_kernel: Replay: the arguments at {fresh} are not all ints")
         self._kernel, self._device, self._rest, self._kwargs = kernel, device, rest, kwargs
         self._grid = grid if device is None else (*grid, 1, 1)[:3]
+        self._fresh: tuple[int, ...] = tuple(fresh)
+        self._classes = tuple(int_class(rest[p]) for p in fresh)
 
-    def __call__(self, *tensors: torch.Tensor) -> bool:
-        """Launch with these tensors; False, and nothing launched, where a pointer is not 16-byte aligned."""
+    def taking(self, positions: tuple[int, ...]) -> Replay:
+        """This launch with the ints at `positions` of its non-tensor arguments passed anew by each call."""
+        return Replay(self._kernel, self._grid, self._device, self._rest, self._kwargs, positions)
+
+    def __call__(self, *tensors: torch.Tensor, ints: tuple[int, ...] = ()) -> bool:
+        """Launch with these tensors (and the ints `taking` named, in its order); False, and nothing launched, where
+        a pointer is not 16-byte aligned or an int is not of its kept class."""
         pointers = [t.data_ptr() for t in tensors]
         if any(p % 16 for p in pointers):
             return False
+        rest = self._rest
+        if self._fresh:
+            if len(ints) != len(self._fresh) or tuple(map(int_class, ints)) != self._classes:
+                return False
+            rest = list(rest)
+            for p, v in zip(self._fresh, ints, strict=True):
+                rest[p] = v
         c = self._kernel
         if self._device is None:
-            c[self._grid](*tensors, *self._rest, **self._kwargs)
+            c[self._grid](*tensors, *rest, **self._kwargs)
         else:
             c.run(*self._grid, _stream_of()(self._device), c.function, c.packed_metadata, None, None, None, *pointers,
-                  *self._rest)  # fmt: skip
+                  *rest)  # fmt: skip
         return True
 
 

@@ -23,10 +23,18 @@ def test_interpreter_plans() -> None:
     assert not failed(found), failed(found)
 
 
+@pytest.mark.slow
+def test_interpreter_attention_plans() -> None:
+    found = interpret(__file__, "attention")
+    assert len(found) >= 10
+    assert not failed(found), failed(found)
+
+
 def _counting(launched: list[str]):
-    """Wrap linear's and group's launch and launch_replay so each launch names its kernel in `launched`."""
-    lin, grp = fast.linear_kernels, fast.group_kernels
-    real = {(m, n): getattr(m, n) for m in (lin, grp) for n in ("launch", "launch_replay")}
+    """Wrap the linear's, the group's and the attention's launch and launch_replay so each launch names its kernel
+    in `launched`."""
+    mods = (fast.linear_kernels, fast.group_kernels, fast.attention_kernels)
+    real = {(m, n): getattr(m, n) for m in mods for n in ("launch", "launch_replay")}
 
     def counted(fn):
         def run(kernel, *args, **kwargs):
@@ -120,6 +128,97 @@ def _check_plans() -> dict[str, bool]:
     return res
 
 
+def _decode_step(b: int, hq: int, hkv: int, d: int, gen: torch.Generator, device: str = "cpu"):
+    """A decode step's attention operands at each key count: q [b, hq, 1, d], the cache as a decode step's
+    DynamicCache gives it (a new contiguous k and v of t keys each step), q_pos = t - 1, k_start per sequence."""
+    kf, vf = (torch.randn(b, hkv, 512, d, generator=gen, device=device).bfloat16() for _ in range(2))
+    k_start = torch.arange(b, device=device) * 3
+
+    def at(t: int, seed: int = 0):
+        q = torch.randn(b, hq, 1, d, generator=gen, device=device).bfloat16()
+        q_pos = torch.full((b, 1), t - 1, device=device)
+        return q, kf[:, :, :t].contiguous(), vf[:, :, :t].contiguous(), q_pos, k_start
+
+    return at
+
+
+def _check_attention_plans() -> dict[str, bool]:
+    from rl_kernel.fast.decoder import plan as plans
+
+    g = torch.Generator().manual_seed(1)
+    at = _decode_step(3, 4, 2, 32, g)
+    launched: list[str] = []
+    restore = _counting(launched)
+
+    def call(*args, **kw):
+        launched.clear()
+        return fast.attention(*args, **({"validate": False} | kw)), list(launched)
+
+    def full(*args, **kw):
+        plans.clear()
+        out = fast.attention(*args, **({"validate": False} | kw))
+        plans.clear()
+        return out
+
+    res = {}
+    try:
+        step = at(20)
+        ref = full(*step)
+        plans.clear()
+        first, seen = call(*step)
+        res["the first decode step launches once and keeps its plan"] = seen == ["_attn_fwd_kernel"] and bits_equal(
+            first, ref
+        )
+        # Key counts 21..40: a new Tk and new cache strides every step. 32 (a multiple of 16) is another int class:
+        # it launches once and keeps a plan of its own; every other count takes the kept plan.
+        steps = {t: at(t) for t in range(21, 41)}
+        refs = {t: full(*s) for t, s in steps.items()}
+        call(*step)
+        seen_at = {}
+        for t, s in steps.items():
+            out, seen_at[t] = call(*s)
+            res[f"{t} keys: the full path's bits"] = bits_equal(out, refs[t])
+        res["a key more each step: the plan, nothing launched (32 keys: its own class, one launch)"] = all(
+            seen_at[t] == (["_attn_fwd_kernel"] if t == 32 else []) for t in steps
+        )
+        again, seen = call(*steps[32])
+        res["32 keys again: the plan of its class"] = seen == [] and bits_equal(again, refs[32])
+        # Every other call takes the full path, with its bits.
+        q, k, v, q_pos, k_start = at(24)
+        buf = torch.randn(q.numel() + 1, generator=g).bfloat16()
+        cases = {
+            "validate=True": ((q, k, v, q_pos, k_start), {"validate": True}),
+            "another scale": ((q, k, v, q_pos, k_start), {"scale": 0.5}),
+            "int32 positions": ((q, k, v, q_pos.int(), k_start.int()), {}),
+            "another batch": ((q[:2], k[:2], v[:2], q_pos[:2], k_start[:2]), {}),
+            "a pointer not 16-byte aligned": ((buf[1:].view(q.shape), k, v, q_pos, k_start), {}),
+            "k not contiguous": ((q, torch.cat([k, k], dim=-1)[..., :32], v, q_pos, k_start), {}),
+            "k and v slices of a longer cache (strides over batch and head not theirs)": (
+                (q, at(30)[1][:, :, :24], at(30)[2][:, :, :24], q_pos, k_start),
+                {},
+            ),
+        }
+        for name, (args, kw) in cases.items():
+            ref = full(*args, **kw)
+            call(*at(24))  # the decode step's plan is there
+            y, seen = call(*args, **kw)
+            res[f"{name}: the full path, its bits"] = seen == ["_attn_fwd_kernel"] and bits_equal(y, ref)
+        call(*at(24))
+        try:
+            call(q, k, at(25)[2], q_pos, k_start)
+            res["v of another key count than k: the full path's error"] = False
+        except ValueError as e:
+            res["v of another key count than k: the full path's error"] = "do not match" in str(e) or "must be" in str(
+                e
+            )
+        qg = q.clone().requires_grad_()
+        y, seen = call(qg, k, v, q_pos, k_start)
+        res["a gradient: the custom op with its autograd"] = y.grad_fn is not None and seen == ["_attn_fwd_kernel"]
+    finally:
+        restore()
+    return res
+
+
 @pytest.mark.parametrize("grad", [True, False])
 def test_what_is_not_a_tensor_is_named_by_the_checks_with_or_without_a_plan(grad: bool) -> None:
     w = torch.randn(4, 8).bfloat16()
@@ -130,6 +229,10 @@ def test_what_is_not_a_tensor_is_named_by_the_checks_with_or_without_a_plan(grad
             fast.linear(torch.zeros(2, 8).bfloat16(), [1.0])
         with pytest.raises(TypeError, match=r"rl_kernel\.fast\.linear: weight1 must be a torch\.Tensor, got int"):
             fast.linear_group(torch.zeros(2, 8).bfloat16(), (w, 3), (None, None))
+        q = torch.zeros(1, 2, 1, 8).bfloat16()
+        with pytest.raises(TypeError, match=r"rl_kernel\.fast\.attention: k must be a torch\.Tensor, got str"):
+            fast.attention(q, "k", q, torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long),
+                           validate=False)  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -167,5 +270,25 @@ def test_planned_decode_linears_have_the_full_paths_bits(monkeypatch: pytest.Mon
         assert len(plans._PLANS) >= 4
 
 
+@pytest.mark.gpu
+def test_planned_decode_attention_has_the_full_paths_bits() -> None:
+    """On the GPU: a decode step's attention (1.7B sizes, batch 32) through its plans, the cache a key longer each
+    step (two int classes: 304, 320 and 336 keys are multiples of 16), == the full path's bits."""
+    from rl_kernel.fast.decoder import plan as plans
+
+    at = _decode_step(32, 16, 8, 128, torch.Generator(device="cuda").manual_seed(0), device="cuda")
+    steps = [at(t) for t in range(300, 340)]
+    with torch.no_grad():
+        refs = []
+        for s in steps:
+            plans.clear()
+            refs.append(fast.attention(*s, validate=False))
+        plans.clear()
+        for _ in range(2):
+            for s, ref in zip(steps, refs, strict=True):
+                assert bits_equal(fast.attention(*s, validate=False), ref)
+    assert sum(key[0] == "attention" for key in plans._PLANS) == 2  # 320 keys' class and every other count's
+
+
 if __name__ == "__main__":
-    serve({"plans": _check_plans})
+    serve({"plans": _check_plans, "attention": _check_attention_plans})

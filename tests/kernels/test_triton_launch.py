@@ -100,6 +100,21 @@ def test_a_replay_runs_the_kept_kernel_with_new_tensors_and_the_same_rest(kernel
     assert again is not None and len(kernel.triton_launches) == 1 and len(kernel.compiled.runs) == 2
 
 
+def test_a_replay_taking_ints_passes_them_anew_within_their_class(kernel: Kernel) -> None:
+    """Replay.taking: the ints at the named positions come with each call (a decode step's key count); one of
+    another class (what Triton specialized the kept kernel on) launches nothing; a position that is no int is
+    refused."""
+    x, y = torch.zeros(64), torch.ones(64)
+    replay = triton_tier.launch_replay(kernel, (5,), x, 17, 0.5, BLOCK=32, num_warps=4).taking((0,))
+    assert replay(y, ints=(33,)) is True
+    assert kernel.compiled.runs[-1][-4:] == (y.data_ptr(), 33, 0.5, 32)
+    for other in (32, 1, 2**31, ()):  # % 16, == 1, i64, none given
+        assert replay(y, ints=other if isinstance(other, tuple) else (other,)) is False
+    assert len(kernel.compiled.runs) == 1
+    with pytest.raises(TypeError, match=r"Replay: the arguments at \(1,\) are not all ints"):
+        replay.taking((1,))
+
+
 def test_no_replay_where_tensors_do_not_lead_are_misaligned_or_hooked(kernel: Kernel) -> None:
     x = torch.zeros(64)
     trailing = triton_tier.launch_replay(kernel, (5,), x, 17, x, BLOCK=32, num_warps=4)  # a tensor after an int

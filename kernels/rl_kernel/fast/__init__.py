@@ -88,6 +88,10 @@ def attention(
     Row t sees keys k_start[b] .. q_pos[b, t]; a row with q_pos < k_start outputs +0.0. Keys are tiled from
     k_start[b] with one fixed tile per (target, head dim): a row's bits do not depend on the batch, Tq, its
     tile neighbours or the cache's fill. validate=True checks the key ranges (a host sync)."""
+    if not validate:  # a layout checked and launched before, no gradient (a decode step): its plan
+        planned = plans.run_attention(q, k, v, q_pos, k_start, scale)
+        if planned is not None:
+            return planned
     check_tensors(TIER, "attention", q=q, k=k, v=v, q_pos=q_pos, k_start=k_start)
     require_triton(TIER)
     return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate)

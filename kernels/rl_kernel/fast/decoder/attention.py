@@ -24,7 +24,8 @@ import torch
 
 from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.fast.configs import config_for
-from rl_kernel.triton_tier import launch, target_of
+from rl_kernel.fast.decoder import plan as plans
+from rl_kernel.triton_tier import launch, launch_replay, target_of
 
 try:
     import triton
@@ -339,11 +340,14 @@ def _check_group(hq: int, hkv: int, block_m: int) -> int:
     return g
 
 
-def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None):
+def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None):
     """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
-    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only)."""
+    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
+    plan: the call's plan key (fast.decoder.plan; the pinned config's calls only)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
+    if cfg is not None:
+        plan = None
     cfg = _cfg(q, cfg)
     g = _check_group(hq, hkv, cfg["block_m"])
     out = torch.empty_like(q)
@@ -351,13 +355,30 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None):
     if out.numel() == 0:
         return out, lse.zero_()
     grid = (triton.cdiv(tq, cfg["block_m"] // g), bsz * hkv)
-    launch(
-        _attn_fwd_kernel, grid, q, k, v, out, lse, q_pos, k_start, scale * LOG2E, tq, tk, hkv,
+    replay = (launch if plan is None else launch_replay)(
+        _attn_fwd_kernel, grid, *forward_operands(q, k, v, q_pos, k_start, out, lse), scale * LOG2E, tq, tk, hkv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *lse.stride()[:2], q_pos.stride(0),
         G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
     )  # fmt: skip
+    if plan is not None and replay is not None:
+        plans.keep_attention(plan, replay.taking(_fresh_positions()), forward_operands)
     return out, lse
+
+
+def forward_operands(q, k, v, q_pos, k_start, out, lse) -> tuple[torch.Tensor, ...]:
+    """The forward kernel's tensor arguments, in its order (the launch and its plan)."""
+    return q, k, v, out, lse, q_pos, k_start
+
+
+# The forward kernel's parameters for plan.cache_ints (in its order): its plan takes them anew.
+_FRESH = ("Tk", "sk_b", "sk_h", "sv_b", "sv_h")
+
+
+def _fresh_positions() -> tuple[int, ...]:
+    """_FRESH's positions among the forward kernel's arguments after its tensors (from qk_scale on)."""
+    names = _attn_fwd_kernel.arg_names
+    return tuple(names.index(n) - names.index("qk_scale") for n in _FRESH)
 
 
 def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | None = None):
@@ -468,5 +489,6 @@ def attention(q, k, v, q_pos, k_start, scale: float | None = None, *, validate: 
     q_pos, k_start = q_pos.contiguous(), k_start.contiguous()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if not needs_autograd(q, k, v):
-        return forward(q, k, v, q_pos, k_start, scale)[0]
+        plan = None if validate else plans.attention_key(q, k, v, q_pos, k_start, scale)  # a decode step's
+        return forward(q, k, v, q_pos, k_start, scale, plan=plan)[0]
     return _attention_op(q, k, v, q_pos, k_start, scale)[0]
