@@ -136,8 +136,8 @@ def row_block(rows: int, cols: int, dtype: torch.dtype, temperature: float | Non
 
 def _forward_rows(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One GEMM over the whole vocabulary per block of rows, then the unfused path's row kernels on the block's
-    logits: `unfused`'s bits by construction, with one pass of the GEMM where the walk needs two for the
-    entropy (which wants the row's final statistics before it sums)."""
+    logits (the entropy from token_logprobs' statistics): `unfused`'s bits by construction, with one pass of the
+    GEMM where the walk needs two for the entropy (which wants the row's final statistics before it sums)."""
     g = tiers.get(plan.tier).head_gemms()
     n = h.shape[0]
     logp = torch.empty(n, dtype=torch.float32, device=h.device)
@@ -149,9 +149,15 @@ def _forward_rows(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, t
         z = _chunk_logits(g, plan, h[rows], weight, bias, plan.ranks[0])[:, : plan.vocab_size]
         logp[rows], stats[rows] = ops.token_logprobs(z, tokens[rows], plan.ignore_index)
         if ent is not None:
-            ent[rows] = ops.entropy(z)[0]
+            ent[rows] = _entropy_given(z, stats[rows], plan.ranks[0])
         del z
     return logp, stats, ent
+
+
+def _entropy_given(z: torch.Tensor, stats: torch.Tensor, whole: Slice) -> torch.Tensor:
+    """entropy(z) from the statistics token_logprobs gave for the same rows: the whole row's maximal nodes and
+    their join (rowtree), the uncut row's bits without the entropy kernel's own pass for the statistics."""
+    return rowtree.join_entropy([rowtree.local_entropy(z, stats, whole)], stats, [whole])
 
 
 def _forward_walk(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:

@@ -110,6 +110,24 @@ def test_the_row_blocks_forward_is_the_walks(monkeypatch, block_rows: int, tempe
         assert_bits(got[i], want[i], f"{name}, blocks of {block_rows} rows")
 
 
+@pytest.mark.parametrize("block_rows", [1, 4])
+def test_bad_rows_give_the_unfused_bits(monkeypatch, block_rows: int) -> None:
+    """Rows whose logits hold a NaN, +inf (a bf16 overflow) or -inf (a masked column), in row blocks of any size:
+    the fused forward's log-probs and entropy (taken from token_logprobs' statistics) are the unfused path's bits,
+    NaN payloads included."""
+    h, w, tok = case(6, 16, 203, torch.bfloat16, seed=21)
+    h[1, 3] = float("nan")
+    h[2] = 3e38  # every logit of the row overflows
+    w[7] = float("-inf")  # column 7 is -inf or NaN in every row
+    tok[2] = 7
+    monkeypatch.setattr(head, "row_block", lambda *a: block_rows)
+    fused = head.lm_head_logprobs(h, w, tok, entropy=True, validate=False)
+    plain = head.unfused(h, w, tok, entropy=True)
+    for name, got, want in (("log-probs", fused[0], plain[0]), ("entropy", fused[1], plain[1])):
+        assert bool(want.isnan().any()), f"the control: the unfused {name} has no bad row"
+        assert_bits(got, want, f"{name}, blocks of {block_rows} rows")
+
+
 def test_row_blocks_hold_a_sixteenth_of_the_logits_in_whole_tiles() -> None:
     assert head.row_block(8192, 151936, torch.bfloat16, None) == 512
     assert head.row_block(32768, 151936, torch.bfloat16, None) == 1536  # FORWARD_ELEMENTS caps it
