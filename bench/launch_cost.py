@@ -16,6 +16,7 @@ medians of --reps calls.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -50,14 +51,10 @@ def _cycle(items: list) -> Iterator:
         yield from items
 
 
-def _attend(fast_attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.Tensor) -> torch.Tensor:
+def _attend(attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.Tensor) -> Any:
+    """attention(q, k, k, q_pos, k_start) with the next (cache, q_pos) of a growing cache."""
     k, q_pos = kv_pos
-    return fast_attention.forward(q, k, k, q_pos, k_start, 128**-0.5)
-
-
-def _attend_public(attention: Any, q: torch.Tensor, kv_pos: tuple, k_start: torch.Tensor) -> torch.Tensor:
-    k, q_pos = kv_pos
-    return attention(q, k, k, q_pos, k_start, validate=False)
+    return attention(q, k, k, q_pos, k_start)
 
 
 def _stock_rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -105,6 +102,8 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     cat = _cycle([(k_long[:, :, : cache + i].contiguous(), torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
     reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
     fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
+    forward = functools.partial(fast_attention.forward, scale=128**-0.5)
+    public = functools.partial(fast["attention"], validate=False)
     return {
         "launch floor": {"empty torch op (zero_)": lambda: q_pos.zero_(), **_empty_triton()},
         "linear 2048x2048": {
@@ -143,11 +142,9 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
                 fast_plan.clear(),
                 fast["attention"](q, k, v, q_pos, k_start, validate=False),
             ),
-            "fast attention (public; its plans), one key more each call": lambda: _attend_public(
-                fast["attention"], q, next(cat), k_start
-            ),
+            "fast attention (public; plans), one key more each call": lambda: _attend(public, q, next(cat), k_start),
             "fast forward (no wrapper)": lambda: fast_attention.forward(q, k, v, q_pos, k_start, 128**-0.5),
-            "fast forward, one key more each call": lambda: _attend(fast_attention, q, next(growing), k_start),
+            "fast forward, one key more each call": lambda: _attend(forward, q, next(growing), k_start),
         },
     }
 

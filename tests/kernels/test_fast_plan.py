@@ -134,7 +134,7 @@ def _decode_step(b: int, hq: int, hkv: int, d: int, gen: torch.Generator, device
     kf, vf = (torch.randn(b, hkv, 512, d, generator=gen, device=device).bfloat16() for _ in range(2))
     k_start = torch.arange(b, device=device) * 3
 
-    def at(t: int, seed: int = 0):
+    def at(t: int):
         q = torch.randn(b, hq, 1, d, generator=gen, device=device).bfloat16()
         q_pos = torch.full((b, 1), t - 1, device=device)
         return q, kf[:, :, :t].contiguous(), vf[:, :, :t].contiguous(), q_pos, k_start

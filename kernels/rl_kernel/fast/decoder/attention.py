@@ -361,7 +361,7 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
         G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
     )  # fmt: skip
-    if plan is not None and replay is not None:
+    if plan is not None and replay is not None:  # None: a launch that cannot be replayed
         plans.keep_attention(plan, replay.taking(_fresh_positions()), forward_operands)
     return out, lse
 

@@ -86,22 +86,21 @@ def _cache_layout(t: torch.Tensor) -> tuple:
     return t.shape[0], t.shape[1], t.shape[3], t.stride(2), t.stride(3), t.dtype, t.device
 
 
-def attention_key(q, k, v, q_pos, k_start, scale: float) -> tuple | None:
-    """The plan's key of a forward attention call (scale: the one the kernel takes), or None where no plan may be
-    kept for it (an operand not contiguous)."""
+def attention_key(q, k, v, q_pos, k_start, scale: float, ints: tuple[int, ...] | None = None) -> tuple | None:
+    """The plan's key of a forward attention call (scale: the one the kernel takes; ints: cache_ints(k, v) where
+    the caller has them), or None where no plan may be kept for it (an operand not contiguous)."""
     if not all(t.is_contiguous() for t in (q, k, v, q_pos, k_start)):
         return None
     gpu = torch.cuda.current_device() if q.is_cuda else -1
-    classes = tuple(map(int_class, cache_ints(k, v)))
+    classes = tuple(map(int_class, cache_ints(k, v) if ints is None else ints))
     layouts = _layout(q), _cache_layout(k), _cache_layout(v), _layout(q_pos), _layout(k_start)
     return "attention", gpu, *layouts, scale, classes
 
 
-def keep_attention(plan_key: tuple, replay: Replay | None, operands: Callable) -> None:
+def keep_attention(plan_key: tuple, replay: Replay, operands: Callable) -> None:
     """Keep an attention call's Replay (taking cache_ints(k, v) anew); `operands(q, k, v, q_pos, k_start, out, lse)`:
     the kernel's tensor arguments in its order."""
-    if replay is not None:
-        _store(plan_key, (replay, operands))
+    _store(plan_key, (replay, operands))
 
 
 def run_attention(q, k, v, q_pos, k_start, scale: float | None) -> torch.Tensor | None:
@@ -111,7 +110,9 @@ def run_attention(q, k, v, q_pos, k_start, scale: float | None) -> torch.Tensor 
     try:
         if needs_autograd(q, k, v) or v.shape[2] != k.shape[2]:
             return None
-        plan_key = attention_key(q, k, v, q_pos, k_start, q.shape[-1] ** -0.5 if scale is None else float(scale))
+        ints = cache_ints(k, v)
+        s = q.shape[-1] ** -0.5 if scale is None else float(scale)
+        plan_key = attention_key(q, k, v, q_pos, k_start, s, ints)
     except (AttributeError, IndexError, TypeError, ValueError):  # not tensors, not 4-D: the full path names them
         return None
     kept = None if plan_key is None else _PLANS.get(plan_key)
@@ -119,7 +120,7 @@ def run_attention(q, k, v, q_pos, k_start, scale: float | None) -> torch.Tensor 
         return None
     replay, operands = kept
     out, lse = torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
-    return out if replay(*operands(q, k, v, q_pos, k_start, out, lse), ints=cache_ints(k, v)) else None
+    return out if replay(*operands(q, k, v, q_pos, k_start, out, lse), ints=ints) else None
 
 
 def clear() -> None:
