@@ -125,6 +125,9 @@ def test_a_workload_the_image_lacks_or_a_tier_without_its_operators_is_skipped()
     assert skip_reason(edges, inv) == "this image offers no workload 'edges' (it offers: plain, model)"
     model = dataclasses.replace(make_cell("gfx942", tier="fast", dtype="bf16"), workload="model")
     assert skip_reason(model, inv) == "the fast tier provides no attention, which the model workload calls"
+    # a probe that lists no operators for a tier (an older image) does not skip the tier's cells on their account
+    unlisted = {**BOTH_TIERS, "fast": {k: v for k, v in BOTH_TIERS["fast"].items() if k != "operators"}}
+    assert skip_reason(model, dataclasses.replace(inv, tiers=unlisted)) is None
 
 
 def test_build_without_gpu_kernels_is_skipped():

@@ -162,6 +162,9 @@ def test_a_digest_one_side_lacks_differs(tmp_path):
     assert d.verdict == "differ" and d.differing == () and d.only_a == ("x/grad",)
     assert d.detail == "only in A: x/grad"
     assert compare.compare_dirs(a, b).exit_code == 1
+    (d,) = compare.compare_dirs(b, a).cells  # and the other way round
+    assert d.verdict == "differ" and d.differing == () and d.only_b == ("x/grad",)
+    assert compare.compare_dirs(b, a).exit_code == 1
 
 
 def test_one_sided_and_skipped_cells_are_reported_not_counted_as_differ(tmp_path):

@@ -142,6 +142,9 @@ def test_configs_pin_every_knob() -> None:
     assert a["block_d"] == 128 and fast_configs.config_for("attention", "sm_90", head_dim=96) == a
 
 
+_SMALL_M = "  { max_m = 64, block_m = 32, block_n = 64, num_warps = 4, num_stages = 2, group_m = 8 },\n"
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -152,13 +155,16 @@ def test_configs_pin_every_knob() -> None:
         (("tma = true\nblock_m = 128", "tma = 1\nblock_m = 128"), "tma must be true or false"),
         (("group = true", "group = 1"), "group must be true or false"),
         (("[targets.gfx942.linear_dw]\n", "[targets.gfx942.linear_dw]\ntma = true\n"), "sm_90 or later"),
+        (("block_m = 64, block_n = 64, num_warps = 4, num_stages = 6", "block_m = 64, block_n = 64, num_warps = 2, num_stages = 6"), "mma.sync"),  # noqa: E501
+        ((_SMALL_M, _SMALL_M * 2), "max_m must increase"),
+        (("[targets.sm_90", "[targets.sm_80"), "sm_90 or later"),  # every sm_90 table renamed: its tma = true
     ],
 )  # fmt: skip
 def test_config_loader_rejects(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
     text = fast_configs.CONFIG_PATH.read_text()
     assert edit[0] in text
     bad = tmp_path / "configs.toml"
-    bad.write_text(text.replace(edit[0], edit[1], 1))
+    bad.write_text(text.replace(*edit))  # every occurrence: each target that has it
     with pytest.raises(fast_configs.ConfigError, match=message):
         fast_configs.configs(bad)
 
