@@ -3,6 +3,9 @@ rl_kernel.optim.ExactAdamW, each one IEEE operation per torch call, so CPU == GP
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 import torch
 from bit_checks import assert_bits, dname
@@ -48,6 +51,35 @@ def test_adamw_follows_torch_adamw() -> None:
         ours.step()
         ref.step()
     assert (a - b).abs().max() < 1e-6 and (a - start).abs().min() > 0  # close to torch's, and it moved
+
+
+def _adamw_transcribed(p: np.ndarray, grads: list[np.ndarray], lr: float, wd: float, dtype: torch.dtype):
+    """The module docstring's update in numpy: float32 element ops (each correctly rounded), the scalars computed
+    in float64 and rounded to float32, the square root through float64, the parameter rounded to dtype once."""
+    b1, b2, eps, f32 = 0.9, 0.999, 1e-8, np.float32
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        m = m * f32(b1) + g * f32(1.0 - b1)
+        v = v * f32(b2) + (g * g) * f32(1.0 - b2)
+        denom = np.sqrt(v.astype(np.float64)).astype(f32) * f32(1.0 / math.sqrt(1.0 - b2**t)) + f32(eps)
+        new = p * f32(1.0 - lr * wd) - (m / denom) * f32(lr / (1.0 - b1**t))
+        p = torch.from_numpy(new).to(dtype).float().numpy()
+    return p
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+def test_adamw_is_its_written_update(dtype: torch.dtype) -> None:
+    """Bit for bit the docstring's formula on the CPU (a division by a host number where the formula multiplies by
+    its reciprocal rounds differently, and shows here)."""
+    gen = torch.Generator().manual_seed(4)
+    p = torch.randn(4096, generator=gen).to(dtype).requires_grad_()
+    grads = [torch.randn(4096, generator=gen).to(dtype) for _ in range(3)]
+    want = _adamw_transcribed(p.detach().float().numpy(), [g.float().numpy() for g in grads], 1e-3, 0.01, dtype)
+    opt = ExactAdamW([p], lr=1e-3, weight_decay=0.01)
+    for g in grads:
+        p.grad = g
+        opt.step()
+    assert_bits(p.detach(), torch.from_numpy(want).to(dtype), "ExactAdamW against its transcription")
 
 
 def test_adamw_rejects_bad_settings() -> None:
