@@ -128,6 +128,31 @@ def test_bad_rows_give_the_unfused_bits(monkeypatch, block_rows: int) -> None:
         assert_bits(got, want, f"{name}, blocks of {block_rows} rows")
 
 
+def test_tokens_out_of_range_without_validation_are_nan(monkeypatch) -> None:
+    """validate=False: an id below 0 (not ignore_index) or past the vocabulary gives the canonical NaN, as the
+    unfused token_logprobs does, in the walk (a join over chunks, where no chunk holds the id) and in row blocks."""
+    h, w, tok = case(6, 16, 40, torch.bfloat16, seed=5)
+    tok[0], tok[3] = -5, 43
+    logits = tiers.get("exact").op("linear")(h, w, None)
+    want = rl_kernel.token_logprobs(logits, tok, validate=False)
+    assert bool(want[[0, 3]].isnan().all()), "the control: the unfused path gives no NaN"
+    with head.one_chunk_per_call():
+        assert_bits(head.lm_head_logprobs(h, w, tok, vocab_chunk=8, validate=False), want, "log-probs, the walk")
+    monkeypatch.setattr(head, "row_block", lambda *a: 4)
+    assert_bits(head.lm_head_logprobs(h, w, tok, vocab_chunk=8, validate=False), want, "log-probs, row blocks")
+
+
+def test_an_ignore_index_equal_to_the_chunk_width_is_kept_apart() -> None:
+    """A chunk marks another chunk's token with a column it has not (its width); an ignore_index of that value
+    must not turn such rows into ignored ones in the backward."""
+    h, w, tok = case(7, 16, 48, torch.float32, seed=9)
+    tok[::5] = 8
+    fused = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8, ignore_index=8)
+    plain = run(head.unfused, h, w, tok, ignore_index=8)
+    for name, i in (("log-probs", 0), ("entropy", 1), ("dWeight", 3)):
+        assert_bits(fused[i], plain[i], name)
+
+
 def test_row_blocks_hold_a_sixteenth_of_the_logits_in_whole_tiles() -> None:
     assert head.row_block(8192, 151936, torch.bfloat16, None) == 512
     assert head.row_block(32768, 151936, torch.bfloat16, None) == 1536  # FORWARD_ELEMENTS caps it
@@ -173,7 +198,7 @@ def test_dhidden_is_one_rounding_of_the_chunks_fp32_sum() -> None:
     weight: the chunks' partials are added in fp32 and rounded once, never rounded per chunk."""
     h, w, tok = case(8, 32, 4096, torch.bfloat16, seed=12)
     dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
-    logits = rl_kernel.linear(h, w).requires_grad_()
+    logits = tiers.get("exact").op("linear")(h, w, None).requires_grad_()
     logp, ent = rl_kernel.token_logprobs(logits, tok), rl_kernel.entropy(logits)
     g = torch.Generator().manual_seed(7)
     a, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
@@ -191,7 +216,7 @@ def test_dhidden_adds_the_chunks_partials_left_to_right() -> None:
     hides the order: the chunks added right to left (or as a tree) give other bits."""
     h, w, tok = case(9, 24, 40, torch.float32, seed=21)
     dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
-    logits = rl_kernel.linear(h, w).requires_grad_()
+    logits = tiers.get("exact").op("linear")(h, w, None).requires_grad_()
     g = torch.Generator().manual_seed(7)
     a, b = torch.randn(9, generator=g), torch.randn(9, generator=g)
     ((rl_kernel.token_logprobs(logits, tok) * a).sum() + (rl_kernel.entropy(logits) * b).sum()).backward()

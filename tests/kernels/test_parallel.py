@@ -76,6 +76,8 @@ def test_decompose_tiles_the_range_with_maximal_aligned_nodes(c0: int, c1: int) 
     "slices,message",
     [
         ([T.Slice(0, 100, 200), T.Slice(100, 100, 200)], "multiple of 8"),
+        # the rank whose slice ends mid-chunk is named, not the next one
+        ([T.Slice(0, 96, 200), T.Slice(96, 100, 200), T.Slice(196, 4, 200)], r"rank 1 holds columns \[96, 196\)"),
         ([T.Slice(0, 96, 200), T.Slice(104, 96, 200)], "without gaps or overlaps"),
         ([T.Slice(0, 104, 200), T.Slice(96, 104, 200)], "without gaps or overlaps"),
         ([T.Slice(0, 96, 200), T.Slice(96, 96, 200)], "before vocab_size"),
@@ -381,6 +383,10 @@ def test_edge_rows_and_signed_zeros_give_the_single_device_bits(device: str) -> 
     zeros[torch.arange(4), cols] = -0.0
     x = torch.cat([x, zeros]).to(device)
     tok = torch.cat([torch.arange(x.shape[0] - 4) * 401 % vocab, cols]).to(device)
+    # a row whose token's logit is a NaN of another payload: the log-prob is the canonical NaN, not that one
+    payload = torch.full((1, vocab), 1.0, device=device)
+    payload[0, 7] = torch.tensor(0x7FC0ABCD, dtype=torch.int32).view(torch.float32)
+    x, tok = torch.cat([x, payload]), torch.cat([tok, torch.tensor([7], device=device)])
     assert_bits(P.simulate_token_logprobs(x, tok, widths), rl_kernel.token_logprobs(x, tok), "log-probs")
     assert_bits(P.simulate_entropy(x, widths), rl_kernel.entropy(x), "entropy")
     assert_bits(P.simulate_stats(x, widths), rl_kernel.row_stats(x), "row statistics")
