@@ -91,9 +91,11 @@ def test_addmm_and_bmm_are_linears() -> None:
     b = torch.randn(70, generator=torch.Generator().manual_seed(5))
     with M.mode("exact"):
         biased = F.linear(x[0], w, b)  # 2-D with a bias: aten::addmm
+        row_bias = torch.addmm(b[None], x[0], w.t())  # a bias of shape (1, N) broadcast over the rows
         batched = torch.bmm(x, w.t().expand(2, 300, 70))
         alone = torch.bmm(x[1:], w.t().expand(1, 300, 70))
     same(biased, rl_kernel.linear(x[0], w, b), "addmm")
+    same(row_bias, biased, "addmm with a (1, N) bias")
     same(batched, rl_kernel.linear(x, w), "bmm")
     same(alone[0], batched[1], "bmm: a batch of one == that item in a batch of two")
 
@@ -116,6 +118,8 @@ def test_what_the_tier_cannot_serve_is_refused_by_name() -> None:
     with M.mode("exact"):
         with pytest.raises(M.ModeError, match="beta=2, alpha=1"):
             torch.addmm(torch.zeros(70), x[0], w.t(), beta=2)
+        with pytest.raises(M.ModeError, match="beta=1, alpha=2"):
+            torch.addmm(torch.zeros(70), x[0], w.t(), alpha=2)
         with pytest.raises(M.ModeError, match=r"aten::mm in torch.float64: the exact tier has fp32, bf16, fp16"):
             torch.mm(x[0].double(), w.t().double())
         with pytest.raises(M.ModeError, match=r"bias of shape \(9, 70\)"):
@@ -302,13 +306,32 @@ def test_a_left_padded_causal_mask_is_the_tiers_key_ranges() -> None:
     same(alone, out[2:, :, 7:], "the third sequence alone (unpadded) == in the padded batch")
 
 
+def test_a_sequence_that_sees_no_key_gets_the_tiers_empty_rows() -> None:
+    """A mask row of no key at all (a whole sequence masked): the tier's attention over no key (zeros), with its
+    first key clamped into the cache; the other sequences as under a causal mask alone."""
+    q, k, v = qkv()
+    cols = torch.arange(q.shape[2])
+    mask = (cols[None, :] <= cols[:, None]).expand(3, -1, -1).clone()
+    mask[1] = False
+    with rl_kernel.mode("exact"):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+        causal = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert bits_equal(out[1], torch.zeros_like(out[1])), "the masked sequence"
+    same(out[0::2], causal[0::2], "the other sequences")
+
+
 def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
     q, k, v = qkv()
     window = torch.ones(11, 11, dtype=torch.bool).tril() & ~torch.ones(11, 11, dtype=torch.bool).tril(-4)
     biased = torch.randn(11, 11)
+    causal = torch.ones(11, 11, dtype=torch.bool).tril()
     cases = [
         (dict(attn_mask=window), "not a key range"),  # a sliding window: the first visible key moves with the row
         (dict(attn_mask=biased), "values other than 0 and -inf"),
+        (
+            dict(attn_mask=torch.stack([causal, causal, torch.ones_like(causal), causal])),
+            "differs by head",
+        ),  # head 2 sees all
         (dict(is_causal=True, dropout_p=0.1), "dropout_p=0.1"),
     ]
     with rl_kernel.mode("exact"):
