@@ -70,6 +70,17 @@ def test_check_every_spot_checks_and_a_failed_spot_check_sticks():
     assert other.calls == 2
 
 
+def test_check_every_is_kept_by_the_state_until_given_again():
+    """A call that leaves check_every out keeps the period an earlier call set (the trainer passes it once)."""
+    rollout = logprobs()
+    recompute = Counted(rollout)
+    state = OldLogprobs()
+    old_logprobs(rollout, recompute, proven=True, check_every=2, state=state)
+    for _ in range(3):
+        old_logprobs(rollout, recompute, state=state)
+    assert recompute.calls == 2 and state.check_every == 2  # calls 2 and 4
+
+
 def nudge_in_decode(module: torch.nn.Module) -> None:
     forward = module.forward
 
