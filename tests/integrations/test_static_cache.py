@@ -6,6 +6,8 @@ them)."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
@@ -70,9 +72,10 @@ def test_key_mask_reads_generates_4d_masks(additive: bool) -> None:
     for new in (6, 1):
         got, past = generation.key_mask(four_d(mask, new, 9, additive), 3, new, None, torch.device("cpu"))
         assert past == 6 - new and torch.equal(got, mask)
-        got, past = generation.key_mask(
-            {"full_attention": four_d(mask, new, 9, additive)}, 3, new, None, torch.device("cpu")
-        )
+        # a hybrid model's masks by layer type: the full attention's, whichever comes first
+        window = torch.zeros_like(four_d(mask, new, 9, additive))
+        by_type = {"sliding_attention": window, "full_attention": four_d(mask, new, 9, additive)}
+        got, past = generation.key_mask(by_type, 3, new, None, torch.device("cpu"))
         assert past == 6 - new and torch.equal(got, mask)
     none, past = generation.key_mask(None, 2, 4, None, torch.device("cpu"))
     assert past == 0 and torch.equal(none, torch.ones(2, 4, dtype=torch.long))
@@ -87,3 +90,39 @@ def test_key_mask_names_what_it_cannot_read() -> None:
         generation.key_mask(torch.ones(2, 3, dtype=torch.long), 2, 4, None, cpu)
     with pytest.raises(ValueError, match="empty dict"):
         generation.key_mask({}, 2, 4, None, cpu)
+
+
+def test_positions_count_a_rows_tokens_and_are_zero_on_its_padding() -> None:
+    mask = torch.tensor([[0, 0, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0]])  # a static cache's mask: zero past its tokens
+    pos, q_pos, k_start, _ = generation.positions(mask, 1, 4)
+    assert torch.equal(pos, torch.tensor([[0, 0, 1, 2], [1, 2, 3, 4]]))
+    assert torch.equal(q_pos, torch.tensor([[1, 2, 3, 4]] * 2)) and torch.equal(k_start, torch.tensor([2, 0]))
+
+
+class StaticLayer:  # the name transformers' full-attention static layer has
+    def __init__(self, slots: int) -> None:
+        self.max_cache_len = slots
+
+
+class StaticSlidingWindowLayer(StaticLayer):
+    pass
+
+
+def test_static_slots_are_a_full_attention_static_caches_only() -> None:
+    def cache(*layers: object, compileable: bool = True) -> types.SimpleNamespace:
+        return types.SimpleNamespace(layers=list(layers), is_compileable=compileable)
+
+    assert generation.static_slots(cache(StaticLayer(16), StaticLayer(16))) == 16
+    assert generation.static_slots(cache(StaticSlidingWindowLayer(16), StaticSlidingWindowLayer(16))) == 0
+    assert generation.static_slots(cache(StaticLayer(16), StaticLayer(8))) == 0
+    assert generation.static_slots(cache(StaticLayer(16), compileable=False)) == 0
+    assert generation.static_slots(None) == 0
+
+
+def test_slot_mask_pads_to_the_slots_and_never_cuts() -> None:
+    cache = types.SimpleNamespace(layers=[StaticLayer(6)], is_compileable=True)
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    assert torch.equal(generation.slot_mask(attention_mask=mask, cache=cache), torch.nn.functional.pad(mask, (0, 3)))
+    longer = torch.ones(2, 8, dtype=torch.long)
+    assert generation.slot_mask(attention_mask=longer, past_key_values=cache) is longer  # key_mask names it later
+    assert generation.slot_mask(attention_mask=mask) is mask  # no static cache
