@@ -117,6 +117,31 @@ def test_nights_ordered_by_run_time_else_as_given():
     )
 
 
+def test_run_times_compare_across_zones_and_ties_keep_the_order_given():
+    n = nights(set())  # newest first: night-4, night-3, night-2, night-1
+    # night-4 at 01:00 in UTC+02:00 is June 3, 23:00 UTC: before night-3 (June 4, 00:30 UTC), not after it
+    n[0] = edited(n[0], lambda r: replace(r, started="2025-06-04T01:00:00+02:00"))
+    n[1] = edited(n[1], lambda r: replace(r, started="2025-06-04T00:30:00"))  # no zone: UTC
+    n[2] = edited(n[2], lambda r: replace(r, started="2025-06-01T02:00:00Z"))
+    n[3] = edited(n[3], lambda r: replace(r, started="2025-06-01T02:00:00+00:00"))  # the same time as night-2
+    ordered, how = history.order(n)
+    assert [x.label for x in ordered] == ["night-2", "night-1", "night-4", "night-3"] and how == history.BY_TIME
+
+
+def test_an_error_tonight_has_its_onset_and_required_cells_come_first():
+    """An errored cell fails as a failed one does; a required cell's onset is listed before an informational one's,
+    whichever began first."""
+    n = nights({4})  # NEWFAIL (required) fails on night-4 and tonight
+    n[2] = edited(n[2], lambda r: result(r.cell, "failed") if r.cell == INFO_FAIL else r)  # night-2 ..
+    n[1] = edited(n[1], lambda r: result(r.cell, "error") if r.cell == INFO_FAIL else r)  # .. night-3 ..
+    n[0] = edited(n[0], lambda r: result(r.cell, "failed") if r.cell == INFO_FAIL else r)  # .. night-4
+    now = edited(tonight(), lambda r: result(r.cell, "error") if r.cell == NEWFAIL else r)
+    h = history.trend(n, now)
+    assert onset_of(h, NEWFAIL.id) == ("night-4", 2, "passed")
+    assert onset_of(h, INFO_FAIL.id) == ("night-2", 4, "passed")
+    assert [o.key for o in h.onsets] == [NEWFAIL.id, INFO_FAIL.id]
+
+
 def test_counts_and_stock_drift_per_target_and_night():
     n = nights({3, 4})  # newest first: n[2] is night-2, where the passing gfx942 cells show no stock drift
     quiet = comparisons(equal=True, stock_differ=0)
