@@ -116,3 +116,15 @@ def test_markdown_stays_compact_with_many_cells():
     assert many[0].cell.id not in md  # passing cells are counted per target, not listed
     assert failing[0].cell.id in md and f"and {50 - report.MD_ROWS} more" in md
     assert "| t3 | 60 | 0 | 0 | 0 |" in md
+
+
+def test_speedups_count_cells_that_ran_only_and_failed_cells_list_first():
+    """A 2x speed-up is a change as a 2x slow-down is; an errored cell's timings and stock comparisons mean nothing
+    (it did not run to the end); among failing cells, failed ones come before errored ones."""
+    fast, broken, lost = cell("gfx942", "a-fast"), cell("gfx942", "b-failed"), cell("gfx942", "a-errored")
+    cur, _ = report.merge([("a", [result(fast, wall=2.0), result(broken, "failed"), result(lost, "error", wall=0.1)])])
+    base, _ = report.merge([("b", [result(fast), result(broken), result(lost)])])
+    rep = report.build(cur, base)
+    assert [(d.key, d.timing, round(d.change_pct)) for d in rep.perf] == [(fast.id, "wall", -50)]
+    assert [(s.target, s.cells, s.differ, s.total) for s in rep.stock] == [("gfx942", 2, 2, 4)]
+    assert [(f.key, f.status) for f in rep.failures] == [(broken.id, "failed"), (lost.id, "error")]
