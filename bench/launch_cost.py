@@ -97,9 +97,10 @@ def contenders(batch: int, cache: int) -> dict[str, dict]:
     cfg = config_for("linear", target_of(x.device), m=batch, n=6144, k=2048)
     # A decode step's cache grows by one key per step: the attention called with the next key count each time.
     k_long = torch.randn(batch, 8, cache + 64, 128, device=dev, dtype=bf)
-    growing = _cycle([(k_long[:, :, : cache + i], torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
+    steps = [(k_long[:, :, : cache + i], torch.full_like(q_pos, cache + i - 1)) for i in range(64)]
+    growing = _cycle(steps)
     # ... and as a DynamicCache gives it: a new contiguous tensor each step (what an attention plan takes).
-    cat = _cycle([(k_long[:, :, : cache + i].contiguous(), torch.full_like(q_pos, cache + i - 1)) for i in range(64)])
+    cat = _cycle([(k.contiguous(), pos) for k, pos in steps])
     reg = {n: C.registered_op(n) for n in ("rms_norm", "rotary", "silu_mul")}
     fast = {n: C.tier_op("fast", n) for n in ("linear", "rms_norm", "rotary", "silu_mul", "attention")}
     forward = functools.partial(fast_attention.forward, scale=128**-0.5)

@@ -46,6 +46,11 @@ def case(rows: int, hidden: int, vocab_rows: int, dtype: torch.dtype, seed: int,
     return h, w, tok
 
 
+def exact_logits(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The unfused path's logits: the exact tier's linear."""
+    return tiers.get("exact").op("linear")(h, w, None)
+
+
 def run(fn, h, w, tok, bias=None, **kw):
     """(log-probs, entropy, dHidden, dWeight, dBias) of fn under loss = sum(a * logp) + sum(b * entropy)."""
     hg, wg = h.clone().requires_grad_(), w.clone().requires_grad_()
@@ -133,7 +138,7 @@ def test_tokens_out_of_range_without_validation_are_nan(monkeypatch) -> None:
     unfused token_logprobs does, in the walk (a join over chunks, where no chunk holds the id) and in row blocks."""
     h, w, tok = case(6, 16, 40, torch.bfloat16, seed=5)
     tok[0], tok[3] = -5, 43
-    logits = tiers.get("exact").op("linear")(h, w, None)
+    logits = exact_logits(h, w)
     want = rl_kernel.token_logprobs(logits, tok, validate=False)
     assert bool(want[[0, 3]].isnan().all()), "the control: the unfused path gives no NaN"
     with head.one_chunk_per_call():
@@ -198,7 +203,7 @@ def test_dhidden_is_one_rounding_of_the_chunks_fp32_sum() -> None:
     weight: the chunks' partials are added in fp32 and rounded once, never rounded per chunk."""
     h, w, tok = case(8, 32, 4096, torch.bfloat16, seed=12)
     dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
-    logits = tiers.get("exact").op("linear")(h, w, None).requires_grad_()
+    logits = exact_logits(h, w).requires_grad_()
     logp, ent = rl_kernel.token_logprobs(logits, tok), rl_kernel.entropy(logits)
     g = torch.Generator().manual_seed(7)
     a, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
@@ -216,7 +221,7 @@ def test_dhidden_adds_the_chunks_partials_left_to_right() -> None:
     hides the order: the chunks added right to left (or as a tree) give other bits."""
     h, w, tok = case(9, 24, 40, torch.float32, seed=21)
     dh = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=8)[2]
-    logits = tiers.get("exact").op("linear")(h, w, None).requires_grad_()
+    logits = exact_logits(h, w).requires_grad_()
     g = torch.Generator().manual_seed(7)
     a, b = torch.randn(9, generator=g), torch.randn(9, generator=g)
     ((rl_kernel.token_logprobs(logits, tok) * a).sum() + (rl_kernel.entropy(logits) * b).sum()).backward()

@@ -307,8 +307,8 @@ def test_a_left_padded_causal_mask_is_the_tiers_key_ranges() -> None:
 
 
 def test_a_sequence_that_sees_no_key_gets_the_tiers_empty_rows() -> None:
-    """A mask row of no key at all (a whole sequence masked): the tier's attention over no key (zeros), with its
-    first key clamped into the cache; the other sequences as under a causal mask alone."""
+    """A mask row of no key at all (a whole sequence masked): the tier's attention over no key (zeros); the other
+    sequences as under a causal mask alone."""
     q, k, v = qkv()
     cols = torch.arange(q.shape[2])
     mask = (cols[None, :] <= cols[:, None]).expand(3, -1, -1).clone()
@@ -325,13 +325,11 @@ def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
     window = torch.ones(11, 11, dtype=torch.bool).tril() & ~torch.ones(11, 11, dtype=torch.bool).tril(-4)
     biased = torch.randn(11, 11)
     causal = torch.ones(11, 11, dtype=torch.bool).tril()
+    by_head = torch.stack([causal, causal, torch.ones_like(causal), causal])  # head 2 sees every key
     cases = [
         (dict(attn_mask=window), "not a key range"),  # a sliding window: the first visible key moves with the row
         (dict(attn_mask=biased), "values other than 0 and -inf"),
-        (
-            dict(attn_mask=torch.stack([causal, causal, torch.ones_like(causal), causal])),
-            "differs by head",
-        ),  # head 2 sees all
+        (dict(attn_mask=by_head), "differs by head"),
         (dict(is_causal=True, dropout_p=0.1), "dropout_p=0.1"),
     ]
     with rl_kernel.mode("exact"):
