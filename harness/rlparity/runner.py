@@ -69,6 +69,7 @@ def run_cells(
     pool = DevicePool()
     done: dict[str, results.CellResult] = {}
     lock = threading.Lock()
+    stopping = threading.Event()  # set on an interrupt: a worker between cells starts no other
 
     def finish(res: results.CellResult) -> None:
         results.write(res, results.cell_dir(out, res.cell))
@@ -79,6 +80,9 @@ def run_cells(
 
     def run_one(cell: Cell) -> None:
         devs = pool.acquire(devices_for(cell, inventory))
+        if stopping.is_set():  # not started: no result, and --resume runs it
+            pool.release(devs)
+            return
         try:
             if on_start:
                 on_start(cell)
@@ -107,6 +111,7 @@ def run_cells(
     try:
         list(ex.map(run_one, to_run))
     except BaseException:  # KeyboardInterrupt: start nothing more, stop what runs, keep what finished
+        stopping.set()
         ex.shutdown(wait=False, cancel_futures=True)
         backend.cancel()  # a no-op where nothing runs (base.Backend)
         raise

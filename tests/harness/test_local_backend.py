@@ -82,6 +82,16 @@ def test_hung_cell_is_killed_with_its_children(cpu_cell, tmp_path):
         kill_if_ours(child, CHILD_MARK)
 
 
+def test_a_cell_started_after_cancel_is_killed_at_once(cpu_cell, tmp_path):
+    """An interrupt that lands while a worker starts its cell: that cell is killed, not left to its timeout."""
+    backend = ScriptedBackend(default="hang")
+    backend.cancel()
+    t0 = time.monotonic()
+    res = backend.run_cell(mode_cell(cpu_cell, "hang", timeout_s=60.0), [], tmp_path / "cell")
+    assert time.monotonic() - t0 < 15, "a cell started after cancel() ran on towards its timeout"
+    assert res.status == "error" and "SIGKILL" in res.reason, res.reason
+
+
 def test_crashed_cell_leaves_no_children(cpu_cell, tmp_path):
     out = tmp_path / "cell"
     res = ScriptedBackend(default="segfault-with-child").run_cell(mode_cell(cpu_cell, "segv-child"), [], out)

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from rlparity import results
 from rlparity.cells import CONTROL_VAR, EXIT_CODES, Cell
 from rlparity.fingerprint import ENV_PREFIXES
 from rlparity.inventory import Inventory
 
+T = TypeVar("T")
 TAIL_CHARS = 4000
 VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "rocm": "HIP_VISIBLE_DEVICES"}
 # Set by the runner (CI) to hand this job its GPUs: kept, and cell device indices map through them.
@@ -42,6 +44,43 @@ class Backend(Protocol):
 
     def cancel(self) -> None:
         """Kill every running cell (the run was interrupted); a no-op where nothing runs."""
+
+
+class Running(Generic[T]):
+    """The cells running now (processes, containers) and whether the run was cancelled. A cell registered after
+    cancel() is stopped at once: an interrupt that lands while a worker is starting a cell must not leave that
+    cell running until its timeout."""
+
+    def __init__(self, stop: Callable[[T], None]) -> None:
+        self._stop = stop
+        self._items: set[T] = set()
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def add(self, item: T) -> bool:
+        """Register a started cell; False (and the cell stopped) when the run was cancelled already."""
+        with self._lock:
+            if not self._cancelled:
+                self._items.add(item)
+                return True
+        self._stop(item)
+        return False
+
+    def discard(self, item: T) -> None:
+        with self._lock:
+            self._items.discard(item)
+
+    def cancel(self) -> None:
+        """Stop every running cell, and every cell registered from now on."""
+        with self._lock:
+            self._cancelled = True
+            items = list(self._items)
+        for item in items:
+            self._stop(item)
 
 
 def cell_command(python: str, cell_file: str, out: str) -> list[str]:

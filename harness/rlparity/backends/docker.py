@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from rlparity import results
-from rlparity.backends.base import VISIBILITY, Backend, cell_command, cell_env, judge, prepare_cell_dir
+from rlparity.backends.base import VISIBILITY, Backend, Running, cell_command, cell_env, judge, prepare_cell_dir
 from rlparity.cells import Cell
 from rlparity.config import ConfigError, EnvError, import_extra
 from rlparity.images import Image, load_images, project_tag, require_pinned
@@ -164,7 +164,7 @@ class DockerBackend(Backend):
             raise EnvError(f"no Docker engine reachable (DOCKER_HOST={host!r}): {exc}") from exc
         self.images = images if images is not None else load_images()
         self.render_gid = render_gid or os.environ.get("RENDER_GID", "")
-        self._running: set[CellContainer] = set()
+        self._running: Running[CellContainer] = Running(CellContainer.kill)
         self._probe_image: str | None = None
 
     # ---- before any cell ----------------------------------------------------------------------------
@@ -220,8 +220,8 @@ class DockerBackend(Backend):
                 self._docker, self.client, self._reference(cell.image), self.entrypoint(), env,
                 {LABEL: cell.id, OUT_LABEL: str(out.resolve())}, self._gpu_options(cell.platform),
             )  # fmt: skip
-            self._running.add(box)
             box.start(cell)
+            self._running.add(box)  # after start: a box that cancel() kills before it starts would start anyway
             rc, oom = box.wait(cell.timeout_s)
             (out / results.LOG_FILE).write_bytes(box.logs())
             box.copy_out(out)
@@ -251,8 +251,8 @@ class DockerBackend(Backend):
         return env
 
     def cancel(self) -> None:
-        for box in list(self._running):
-            box.kill()
+        """Kill every running cell's container (the run was interrupted), and any cell started after."""
+        self._running.cancel()
 
     def _reference(self, name: str) -> str:
         """The image a cell of entry `name` runs: rlparity:<name>, or a prebuilt entry's pinned reference."""

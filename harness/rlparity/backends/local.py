@@ -12,12 +12,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from rlparity import results
-from rlparity.backends.base import Backend, cell_command, cell_env, clean_env, judge, prepare_cell_dir
+from rlparity.backends.base import Backend, Running, cell_command, cell_env, clean_env, judge, prepare_cell_dir
 from rlparity.cells import Cell
 from rlparity.inventory import Inventory
 
@@ -29,16 +28,11 @@ class LocalBackend(Backend):
 
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python
-        self._running: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
+        self._running: Running[subprocess.Popen] = Running(_kill_group_now)
 
     def cancel(self) -> None:
-        """Kill every running cell's process group (the run was interrupted)."""
-        with self._lock:
-            running = list(self._running)
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        """Kill every running cell's process group (the run was interrupted), and any cell started after."""
+        self._running.cancel()
 
     def probe(self) -> Inventory:
         env = clean_env(dict(os.environ))
@@ -73,24 +67,26 @@ class LocalBackend(Backend):
             proc = subprocess.Popen(
                 self.command(cell_file, out), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-            with self._lock:
-                self._running.add(proc)
+            self._running.add(proc)
             try:
                 rc: int | None = proc.wait(timeout=cell.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill_group(proc)
                 rc = None
             finally:
-                with self._lock:
-                    self._running.discard(proc)
+                self._running.discard(proc)
             # however the cell ended, nothing it started may outlive it (e.g. split ranks holding a GPU)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            _kill_group_now(proc)
         return judge(cell, out, rc, round(time.monotonic() - t0, 3), started, cell.timeout_s)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """A hung cell may have children (the split placement's ranks): kill the whole session."""
+def _kill_group_now(proc: subprocess.Popen) -> None:
+    """SIGKILL the cell's whole session (a cell may have children: the split placement's ranks)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """A hung cell: kill its session and reap it."""
+    _kill_group_now(proc)
     proc.wait()
