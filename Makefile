@@ -18,7 +18,7 @@ SOURCES := $(wildcard kernels/rl_kernel/*/*/*.h kernels/rl_kernel/*/*/*.cuh kern
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test test-fast lint kernels-check selfcheck golden selftest bench print-python clean
+.PHONY: all build run test test-fast lint kernels-check selfcheck golden selftest bench device-wheels print-python clean
 
 all: test
 
@@ -63,6 +63,13 @@ selftest: build
 BENCH ?= --list
 bench: build
 	$(PY) -m bench $(BENCH) $(ARGS)
+
+# The wheels a GPU machine without network gets in `.whl/` (bench/gpu_round.sh installs them there): Python 3.12,
+# manylinux, no dependencies (bench/device-wheels.txt names every one).
+WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 any,--platform $(p))
+device-wheels:
+	$(PYTHON_SYS) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  $(WHEEL_PLATFORMS) -d .whl -r bench/device-wheels.txt
 
 # The lowest transformers the Hugging Face patch supports (the highest is requirements.txt's, in the venv),
 # with the hub and tokenizers it needs, in a folder that shadows them for tests/integrations only. kernels too:

@@ -11,7 +11,8 @@
 #   scan       kernels_check.py --built: the shipped build's device code scanned
 #   parity     python -m bench gpu_parity: CPU == GPU bits, GPU run to run and batch invariance
 #   golden     rl_kernel.golden --device cuda: the exact tier's digests on the GPU (torch.cuda is ROCm's too)
-#   pytest     tests/kernels on the GPU; dtests: its decoder and golden tests; gputests: every gpu-marked test
+#   pytest     tests/kernels on the GPU; dtests: its decoder and golden tests; gputests: every gpu-marked test;
+#              sel: the tests PYTEST_SEL names (paths and -k/-m flags, split on spaces)
 #   quick      the quick matrix on cpu + this host's targets (edges cells included), strict
 #   selftest   the negative controls on this target; mutations: the mutation controls
 #   planted    a planted ulp flip in this target's baseline cells: the gate must exit 1
@@ -19,17 +20,20 @@
 #              single); split: its split placement over two GPUs (baseline, smoke/quick)
 #   hf         the Hugging Face integration's tests on the GPU; model: the model cells on cpu and this target
 #   fast       selfcheck --tier fast and the fast tier's golden digests of this target recorded into $OUT/golden-fast
-#   cells      the quick matrix's cells of this target, both tiers, and the digests they recorded
+#   cells      the quick matrix's cells of this target, both tiers (CELLS_ARGS: more flags, e.g. --filter tier=fast),
+#              and the digests they recorded
 #   fastctl    the fast tier's negative controls through the gate (RL_KERNEL_CONTROL=split-k, BLOCK_K 32)
 #   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), pstep
 #              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench, PSTEP_ARGS its flags), mbench
-#              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags), fhead (fused_head),
+#              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags, MBENCH_TAG a suffix for its
+#              files), fhead (fused_head; FHEAD_ARGS its flags, FHEAD_TAG a suffix for its files),
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
 #              RPROF_ARGS its flags), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
 #              its flags, RMODES_TAG a suffix for its files)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
-# junitparser, rich and a newer transformers travel as wheels in .whl/ (no network there). STEP_TIMEOUT caps each
+# junitparser, liger-kernel and a newer transformers travel as wheels in .whl/ (no network there; `make device-wheels`
+# here downloads bench/device-wheels.txt into it; the device call carries ".whl"). STEP_TIMEOUT caps each
 # step (default 300 s); RESULTS_TAR (e.g. $OUT/r.tar.gz) is refreshed after every step. A fresh build's _C.so is
 # copied to $OUT (carry it back as kernels/rl_kernel/ to skip the next build).
 set -u
@@ -141,6 +145,8 @@ for s in $steps; do
     pytest) step pytest-kernels python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels ;;
     dtests) step decoder-tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels -k "decoder or golden" ;;
     gputests) step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu tests ;;
+    sel) # shellcheck disable=SC2086 # PYTEST_SEL: paths and flags, split on purpose
+         step gpu-selected python3 -m pytest -q -p no:cacheprovider -n 8 ${PYTEST_SEL:?PYTEST_SEL: the tests to run} ;;
     quick) rlrun quick 0 --matrix quick --targets auto --strict --jobs 4 ;;
     selftest) step selftest python3 -m rlparity.cli selftest --target "$target" --out "$out/selftest"
               flatten selftest ;;
@@ -159,7 +165,9 @@ for s in $steps; do
     fast) step selfcheck-fast python3 -m rl_kernel.selfcheck --tier fast --require-gpu --json "$out/selfcheck_fast.json"
           step golden-fast python3 -m rl_kernel.golden --tier fast --device cuda --update
           mkdir -p "$out/golden-fast" && cp kernels/rl_kernel/fast/*/golden/"$device_target".json "$out/golden-fast/" ;;
-    cells) step cells python3 -m rlparity.cli run --matrix quick --targets "$target" --strict --jobs 4 --out "$out/cells"
+    cells) # shellcheck disable=SC2086 # CELLS_ARGS: flags, split on purpose
+           step cells python3 -m rlparity.cli run --matrix quick --targets "$target" --strict --jobs 4 --out "$out/cells" \
+             ${CELLS_ARGS:-}
            python3 -m rlparity.cli golden --record "$out/cells" > "$out/record.log" 2>&1
            cp harness/rlparity/data/golden/fast.json "$out/harness-fast.json" 2>/dev/null
            flatten cells ;;
@@ -184,7 +192,9 @@ for s in $steps; do
     rmodes) # shellcheck disable=SC2086 # RMODES_ARGS: flags, split on purpose
             step "rollout-modes${RMODES_TAG:-}" python3 -m bench rollout_modes --model "${MODEL:-qwen3-1.7b}" \
               ${RMODES_ARGS:-} --json "$out/rollout_modes${RMODES_TAG:-}.json" ;;
-    fhead) step fused-head python3 -m bench fused_head --json "$out/fused_head.json" ;;
+    fhead) # shellcheck disable=SC2086 # FHEAD_ARGS: flags, split on purpose
+           step "fused-head${FHEAD_TAG:-}" python3 -m bench fused_head ${FHEAD_ARGS:-} \
+             --json "$out/fused_head${FHEAD_TAG:-}.json" ;;
     fbench) step fast-bench python3 -m bench fast_tier --json "$out/fast.json" ;;
     tune) step tune tune ;;
     *) echo "unknown step $s" | tee -a "$out/progress.txt" ;;

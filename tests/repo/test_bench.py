@@ -105,9 +105,10 @@ def test_the_round_script_parses_and_passes_shellcheck() -> None:
 
 
 def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
-    """model_step at the tiny shape: the stock and exact tiers' generate() logits equal the training forward's and
-    every first-step ratio is exactly 1.0 (on the CPU both hold), the same for the unpatched model under
-    rl_kernel.mode("exact") (mode-exact), and each was timed (bench.timing's CPU path)."""
+    """model_step at the tiny shape: the exact tier's generate() logits equal the training forward's and every
+    first-step ratio is exactly 1.0, the same for the unpatched model under rl_kernel.mode("exact") (mode-exact);
+    stock's are compared over the same tokens (whether they agree depends on the CPU: on an AVX2-only EPYC its
+    decode and prefill GEMMs round differently), and each was timed (bench.timing's CPU path)."""
     out = tmp_path / "step.json"
     sizes = ["--batch", "2", "--prompt-min", "3", "--prompt-max", "6", "--new", "3", "--train-batch", "2",
              "--train-len", "12", "--check-batch", "2", "--check-new", "3", "--reps", "1"]  # fmt: skip
@@ -119,7 +120,9 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     assert inter["rounds"] == 2 and all(len(v) == 2 and min(v) > 0 for v in inter["seconds"].values())
     assert inter["paired_over_stock"]["stock"] == 1.0 and inter["paired_over_stock"]["exact"] > 0
     assert record["shape"]["layers"] == 2 and record["env"]["device"] == "cpu"
-    for tier in ("stock", "exact", "mode-exact"):
+    stock = record["stock"]["check"]
+    assert stock["tokens"] == 6 and stock["logits_compared"] == record["exact"]["check"]["logits_compared"] > 0
+    for tier in ("exact", "mode-exact"):
         check = record[tier]["check"]
         assert check["generate_equals_forward"] and check["ratios_exactly_one"] == check["tokens"] == 6, check
         assert record[tier]["train"]["synced_s"] > 0 and record[tier]["rollout"]["queued_s"] > 0
