@@ -222,10 +222,10 @@ def test_cli_interrupt_stops_promptly_and_kills_the_running_cell(tmp_path):
         (first_dir,) = [p.parent for p in cells.glob("*/child.pid")]
         time.sleep(0.3)
         cli.send_signal(signal.SIGINT)
-        try:
-            text, _ = cli.communicate(timeout=15)
+        try:  # promptly: well before the cell's 120 s timeout, with room for a 2-core machine under load
+            text, _ = cli.communicate(timeout=30)
         except subprocess.TimeoutExpired:
-            pytest.fail("rlparity run was still running 15 s after SIGINT")
+            pytest.fail("rlparity run was still running 30 s after SIGINT")
         assert cli.returncode == 2, text
         assert "interrupted" in text
         for d in cells.glob("*/child.pid"):
