@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from rlparity import results
@@ -18,6 +18,7 @@ from rlparity.cells import Cell
 from rlparity.inventory import Inventory
 
 FINISHED = ("passed", "failed", "skipped")  # --resume reruns errored cells
+POLL_S = 0.2  # how often the main thread wakes while cells run (to take an interrupt)
 
 
 class DevicePool:
@@ -109,7 +110,12 @@ def run_cells(
             to_run.append(cell)
     ex = ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        list(ex.map(run_one, to_run))
+        futures = [ex.submit(run_one, cell) for cell in to_run]
+        pending = set(futures)
+        while pending:  # timed: a SIGINT that lands as the wait starts blocking is raised within POLL_S, not at the end
+            pending = wait(pending, timeout=POLL_S).not_done
+        for future in futures:
+            future.result()  # a worker's own failure (writing a result) propagates
     except BaseException:  # KeyboardInterrupt: start nothing more, stop what runs, keep what finished
         stopping.set()
         ex.shutdown(wait=False, cancel_futures=True)

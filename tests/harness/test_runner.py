@@ -81,7 +81,7 @@ class _InterruptingBackend(RecordingBackend):
         if not self.calls:
             assert _CountingPool.second_asks.wait(30), "the second worker never asked for a device"
             signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-            self.cancelled.wait(30)
+            self.cancelled.wait(120)  # a delayed interrupt still shows what starts after it
         return super().run_cell(cell, devices, out, control, extra_env)
 
     def cancel(self) -> None:
