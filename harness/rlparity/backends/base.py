@@ -57,10 +57,6 @@ class Running(Generic[T]):
         self._cancelled = False
         self._lock = threading.Lock()
 
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
     def add(self, item: T) -> bool:
         """Register a started cell; False (and the cell stopped) when the run was cancelled already."""
         with self._lock:

@@ -70,8 +70,9 @@ class LocalBackend(Backend):
             self._running.add(proc)
             try:
                 rc: int | None = proc.wait(timeout=cell.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
+            except subprocess.TimeoutExpired:  # hung: kill its session and reap it
+                _kill_group_now(proc)
+                proc.wait()
                 rc = None
             finally:
                 self._running.discard(proc)
@@ -84,9 +85,3 @@ def _kill_group_now(proc: subprocess.Popen) -> None:
     """SIGKILL the cell's whole session (a cell may have children: the split placement's ranks)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """A hung cell: kill its session and reap it."""
-    _kill_group_now(proc)
-    proc.wait()
