@@ -28,7 +28,7 @@ class LocalBackend(Backend):
 
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python
-        self._running: Running[subprocess.Popen] = Running(_kill_group_now)
+        self._running: Running[subprocess.Popen] = Running(_kill_group)
 
     def cancel(self) -> None:
         """Kill every running cell's process group (the run was interrupted), and any cell started after."""
@@ -70,18 +70,17 @@ class LocalBackend(Backend):
             self._running.add(proc)
             try:
                 rc: int | None = proc.wait(timeout=cell.timeout_s)
-            except subprocess.TimeoutExpired:  # hung: kill its session and reap it
-                _kill_group_now(proc)
-                proc.wait()
+            except subprocess.TimeoutExpired:  # hung: killed and reaped below
                 rc = None
             finally:
                 self._running.discard(proc)
             # however the cell ended, nothing it started may outlive it (e.g. split ranks holding a GPU)
-            _kill_group_now(proc)
+            _kill_group(proc)
+            proc.wait()
         return judge(cell, out, rc, round(time.monotonic() - t0, 3), started, cell.timeout_s)
 
 
-def _kill_group_now(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen) -> None:
     """SIGKILL the cell's whole session (a cell may have children: the split placement's ranks)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
