@@ -56,7 +56,7 @@ def _single(t: torch.Tensor) -> list[torch.Tensor]:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """What a call computes, and where: `ranks` are every rank's columns of the vocabulary (one rank, all of
     them, on one device), `me` this rank, `exchange` the all-gather between ranks (one device: none)."""
 
@@ -91,7 +91,7 @@ class _Plan:
         return sorted(range(len(self.ranks)), key=lambda k: self.ranks[k].start)
 
 
-def _chunk_logits(g: HeadGemms, plan: _Plan, h, weight, bias, s: Slice) -> torch.Tensor:
+def _chunk_logits(g: HeadGemms, plan: Plan, h, weight, bias, s: Slice) -> torch.Tensor:
     """Chunk s's logits (divided by the temperature); weight/bias are this rank's rows."""
     at = s.start - plan.ranks[plan.me].start
     w = weight.narrow(0, at, s.width)
@@ -100,7 +100,7 @@ def _chunk_logits(g: HeadGemms, plan: _Plan, h, weight, bias, s: Slice) -> torch
     return z if plan.temperature is None else divide_by_temperature(z, plan.temperature)
 
 
-def _joined(plan: _Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tensor, list[int], list[int]]:
+def _joined(plan: Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tensor, list[int], list[int]]:
     """Every rank's node values (this rank's: `mine`), exchanged and concatenated in column order, with their
     levels and indices."""
     counts = [len(plan.nodes(r)[0]) for r in range(len(plan.ranks))]
@@ -116,7 +116,7 @@ def _joined(plan: _Plan, mine: torch.Tensor, node_dim: int) -> tuple[torch.Tenso
     return torch.cat(values, dim=node_dim), levels, indices
 
 
-def _forward(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _forward(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(log-probs, the rows' statistics, entropy or None): whole rows in blocks on one device, else the walk."""
     if len(plan.ranks) == 1 and not _narrow():
         return _forward_rows(plan, h, weight, bias, tokens)
@@ -134,7 +134,7 @@ def row_block(rows: int, cols: int, dtype: torch.dtype, temperature: float | Non
     return r - r % 256 if r >= 256 else r
 
 
-def _forward_rows(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _forward_rows(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One GEMM over the whole vocabulary per block of rows, then the unfused path's row kernels on the block's
     logits (the entropy from token_logprobs' statistics): `unfused`'s bits by construction, with one pass of the
     GEMM where the walk needs two for the entropy (which wants the row's final statistics before it sums)."""
@@ -146,12 +146,20 @@ def _forward_rows(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, t
     block = row_block(n, plan.rows, h.dtype, plan.temperature)
     for r0 in range(0, n, block):
         rows = slice(r0, min(n, r0 + block))
-        z = _chunk_logits(g, plan, h[rows], weight, bias, plan.ranks[0])[:, : plan.vocab_size]
-        logp[rows], stats[rows] = ops.token_logprobs(z, tokens[rows], plan.ignore_index)
+        z, logp[rows], stats[rows], e = whole_rows(g, plan, h[rows], weight, bias, tokens[rows])
         if ent is not None:
-            ent[rows] = _entropy_given(z, stats[rows], plan.ranks[0])
+            ent[rows] = e
         del z
     return logp, stats, ent
+
+
+def whole_rows(g: HeadGemms, plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, ...]:
+    """(logits [rows, all weight rows], log-probs, statistics, entropy or None) of a block of whole rows: one GEMM
+    over the vocabulary and the unfused row kernels on its first vocab_size columns."""
+    z = _chunk_logits(g, plan, h, weight, bias, plan.ranks[0])
+    zv = z[:, : plan.vocab_size]
+    logp, stats = ops.token_logprobs(zv, tokens, plan.ignore_index)
+    return z, logp, stats, _entropy_given(zv, stats, plan.ranks[0]) if plan.want_entropy else None
 
 
 def _entropy_given(z: torch.Tensor, stats: torch.Tensor, whole: Slice) -> torch.Tensor:
@@ -160,7 +168,7 @@ def _entropy_given(z: torch.Tensor, stats: torch.Tensor, whole: Slice) -> torch.
     return rowtree.join_entropy([rowtree.local_entropy(z, stats, whole)], stats, [whole])
 
 
-def _forward_walk(plan: _Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+def _forward_walk(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The vocabulary walk (numerics.md 12.3): every rank's chunks reduced to tree nodes, joined across chunks and
     ranks; the entropy recomputes each chunk's logits once the row's statistics are known."""
     g = tiers.get(plan.tier).head_gemms()
@@ -187,7 +195,7 @@ def _with_stats(joined: tuple, stats: torch.Tensor) -> tuple:
     return values, stats, levels, indices
 
 
-def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
+def _backward(plan: Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     h, weight, bias, tokens, stats, ent = saved
     g = tiers.get(plan.tier).head_gemms()
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
@@ -197,20 +205,15 @@ def _backward(plan: _Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     for s in plan.chunks(plan.me):
         at = s.start - plan.ranks[plan.me].start
         z = _chunk_logits(g, plan, h, weight, bias, s)
-        d = _logit_grad(plan, s, z, tokens, stats, ent, g_logp, g_ent)
-        z_dtype = z.dtype
+        d = logits_grad(plan, s, z, tokens, stats, ent, g_logp, g_ent, h.dtype)
         del z
-        if d is None:
-            d = torch.zeros((h.shape[0], s.width), dtype=z_dtype, device=h.device)
-        if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to z's dtype
-            d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(h.dtype)
         if dh is not None:
-            _add_dx(g, plan, d, weight.narrow(0, at, s.width), dh)
+            add_dx(g, plan, d, weight.narrow(0, at, s.width), dh)
         if dw is not None:
             _dw_into(g, d, h, dw.narrow(0, at, s.width))
         if db is not None:
             db.narrow(0, at, s.width).copy_(g.db(d))
-    return None if dh is None else _round(_sum_ranks(plan, dh), h.dtype), dw, db
+    return None if dh is None else round_to(_sum_ranks(plan, dh), h.dtype), dw, db
 
 
 def _dw_into(g: HeadGemms, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
@@ -221,7 +224,17 @@ def _dw_into(g: HeadGemms, d: torch.Tensor, h: torch.Tensor, out: torch.Tensor) 
         out.copy_(g.dw(d, h))
 
 
-def _logit_grad(plan: _Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> torch.Tensor | None:
+def logits_grad(plan: Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient of chunk s's logits before the temperature (z: after it), in the model's dtype."""
+    d = _logit_grad(plan, s, z, tokens, stats, ent, g_logp, g_ent)
+    if d is None:
+        d = torch.zeros(z.shape, dtype=z.dtype, device=z.device)
+    if plan.temperature is not None:  # the backward of z.float() / temperature: / T, then rounded to the model's dtype
+        d = (d / torch.full((), plan.temperature, dtype=torch.float32, device=d.device)).to(dtype)
+    return d
+
+
+def _logit_grad(plan: Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> torch.Tensor | None:
     """The chunk's logit gradient: each used output's slice backward, summed as autograd sums the two uses of the
     logits (in one pass where the kernel's rounding is torch's add: fp32 and bf16, not fp16)."""
     tok = None if g_logp is None else rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
@@ -252,7 +265,7 @@ def _narrow() -> bool:
     return getattr(_ONE_CHUNK_PER_CALL, "on", False)
 
 
-def _add_dx(g: HeadGemms, plan: _Plan, d: torch.Tensor, w: torch.Tensor, dh: torch.Tensor) -> None:
+def add_dx(g: HeadGemms, plan: Plan, d: torch.Tensor, w: torch.Tensor, dh: torch.Tensor) -> None:
     """dh += the call's chunks' fp32 dX partials, left to right: `plan.chunk` columns is dHidden's grain whatever
     the call's width."""
     chunk = plan.chunk
@@ -271,7 +284,7 @@ def span_of(g: HeadGemms, rows: int, chunk: int) -> int:
     return chunk * max(1, g.call_elements // max(1, rows * chunk))
 
 
-def _sum_ranks(plan: _Plan, mine: torch.Tensor) -> torch.Tensor:
+def _sum_ranks(plan: Plan, mine: torch.Tensor) -> torch.Tensor:
     """dHidden's fp32 partials of every rank (all-gathered, never a SUM all-reduce) added in column order."""
     if len(plan.ranks) == 1:
         return mine
@@ -282,7 +295,7 @@ def _sum_ranks(plan: _Plan, mine: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """fp32 -> dtype, round to nearest even with the contract's canonical NaN (store_out)."""
     if dtype == torch.float32:
         return x
@@ -292,7 +305,7 @@ def _round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class _Head(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, weight, bias, tokens, plan: _Plan):
+    def forward(ctx, h, weight, bias, tokens, plan: Plan):
         logp, stats, ent = _forward(plan, h, weight, bias, tokens)
         ctx.set_materialize_grads(False)  # an unused output adds nothing to the logits' gradient
         ctx.save_for_backward(h, weight, bias, tokens, stats, ent)
@@ -309,7 +322,7 @@ class _Head(torch.autograd.Function):
 
 
 # ---- the public functions ---------------------------------------------------------------------------
-def _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced: bool = False) -> int:
+def check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced: bool = False) -> int:
     """Clear errors naming the argument; returns the vocabulary size. sliced: weight is one rank's rows (its
     vocab_size is the whole vocabulary's, checked by the layout)."""
     for name, t in (("hidden", hidden), ("weight", weight)):
@@ -370,24 +383,30 @@ def lm_head_logprobs(
     columns, without materialising the logits; (logp, entropy) with entropy=True. Bit for bit `unfused(...)`;
     differentiable in hidden, weight and bias. ignore_index positions give 0 (and no gradient); with
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
-    vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
     whole = (Slice(0, weight.shape[0], vocab),)
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
+    plan = Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
                  bool(entropy), whole)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 
-def _apply(plan: _Plan, hidden, weight, tokens, bias, validate: bool):
-    """Tokens checked, leading dimensions flattened, the autograd Function, the shapes restored."""
+def flat_tokens(plan: Plan, hidden: torch.Tensor, tokens: torch.Tensor, validate: bool) -> torch.Tensor:
+    """tokens checked against hidden's leading dimensions (and, validate, the vocabulary), flattened."""
     tokens = check_tokens(hidden[..., :1].expand(*hidden.shape[:-1], 1), tokens, "hidden")
     if validate:
         check_token_range(tokens, plan.vocab_size, plan.ignore_index)
+    return tokens.reshape(-1)
+
+
+def _apply(plan: Plan, hidden, weight, tokens, bias, validate: bool):
+    """Tokens checked, leading dimensions flattened, the autograd Function, the shapes restored."""
+    tokens = flat_tokens(plan, hidden, tokens, validate)
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     # The walk's width (read here, in the caller's thread: autograd runs a GPU backward in a thread of its own).
     span = span_of(tiers.get(plan.tier).head_gemms(), h.shape[0], plan.chunk)
     plan = dataclasses.replace(plan, span=span)
-    out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens.reshape(-1), plan)
+    out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens, plan)
     if plan.want_entropy:
         return out[0].view(lead), out[1].view(lead)
     return out.view(lead)
@@ -410,13 +429,13 @@ def vocab_parallel(
     validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The fused head over a vocab-parallel lm_head (rl_kernel.parallel.lm_head_logprobs documents it)."""
-    vocab = _check(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
     ranks, me = rowtree.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
     exchange = rowtree.all_gather_exchange(group)
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
         raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
-    plan = _Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
+    plan = Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
                  bool(entropy), tuple(ranks), me, exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
@@ -435,7 +454,7 @@ def unfused(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """What lm_head_logprobs computes, the plain way: the logits materialised (the reference its tests hold it
     to, and the unfused path of the benchmarks)."""
-    vocab = _check(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
     logits = tiers.get(tier).op("linear")(hidden, weight, bias)
     if temperature is not None:
         logits = divide_by_temperature(logits, temperature)

@@ -154,24 +154,31 @@ _GEMM_UNIT_STRIDES = {
 _TMA_LAYOUT = {"fwd": (False, True), "dx": (False, False), "dw": (True, False)}
 
 
-def compile_gemm_tma(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False):
+def compile_gemm_tma(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False,
+                     chain: bool = False):  # fmt: skip
     """The persistent TMA kernel (a config's tma = true), with the descriptors its launch builds for `kind`."""
     a_t, b_t = _TMA_LAYOUT[kind]
     bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
     fn = linear_kernels._gemm_tma_kernel
     types = {n: "i32" for n in fn.arg_names} | {"c_ptr": _ptr(dtype), "bias_ptr": _ptr(dtype)}
+    types["acc_ptr"] = _ptr("fp32" if chain else dtype)
     types["a_desc"] = f"tensordesc<{dtype}{[bk, bm] if a_t else [bm, bk]}>"
     types["b_desc"] = f"tensordesc<{dtype}{[bn, bk] if b_t else [bk, bn]}>"
-    const = {"stride_cn": 1, "A_T": a_t, "B_T": b_t, "HAS_BIAS": has_bias, "ACCUMULATE": False, "BLOCK_M": bm,
-             "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": tile["group_m"]}  # fmt: skip
+    const = {"stride_cn": 1, "A_T": a_t, "B_T": b_t, "HAS_BIAS": has_bias, "ACCUMULATE": False, "CHAIN": chain,
+             "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": tile["group_m"]}  # fmt: skip
     return _compile(fn, types, const, target, options)
 
 
-def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False):
+def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, has_bias: bool = False,
+                 chain: bool = False):  # fmt: skip
+    """A linear GEMM of `kind` (fwd, dx, dw) as its launch compiles it; chain: dW continuing an fp32 running sum
+    (grad_w_chain: the fused policy loss's row blocks), its sum rounded to dtype as the last block stores it."""
     if tile.get("tma"):
-        return compile_gemm_tma(target, dtype, kind, tile, options, has_bias)
+        return compile_gemm_tma(target, dtype, kind, tile, options, has_bias, chain)
     const = {s: 1 for s in _GEMM_UNIT_STRIDES[kind]}
     const.update(
+        ACCUMULATE=False,
+        CHAIN=chain,
         HAS_BIAS=has_bias,
         EVEN_K=kind != "dw",
         BLOCK_M=tile["block_m"],
@@ -179,7 +186,8 @@ def compile_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict, 
         BLOCK_K=tile["block_k"],
         GROUP_M=tile["group_m"],
     )
-    return _compile(linear_kernels._gemm_kernel, _gemm_types(dtype), const, target, options)
+    types = _gemm_types(dtype) | {"acc_ptr": _ptr("fp32" if chain else dtype)}
+    return _compile(linear_kernels._gemm_kernel, types, const, target, options)
 
 
 def compile_gemm_group(target: str, dtype: str, tile: dict, options: dict):
@@ -211,8 +219,10 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
                     k = compile_gemm_group(target, dtype, tile, _options(t, tile))
                     out.append(scan(k, f"linear.group[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
-        k = compile_gemm(target, dtype, "dw", dw, _options(t, dw))
-        out.append(scan(k, f"linear.dw{' (tma)' if dw.get('tma') else ''}", target, dtype, dw, {dw["block_k"]}, True))
+        for chain in (False, True):
+            k = compile_gemm(target, dtype, "dw", dw, _options(t, dw), chain=chain)
+            name = f"linear.dw{' chain' if chain else ''}{' (tma)' if dw.get('tma') else ''}"
+            out.append(scan(k, name, target, dtype, dw, {dw["block_k"]}, True))
         types = {"x_ptr": _ptr(dtype), "out_ptr": _ptr(dtype), "M": "i32", "N": "i32"}
         k = _compile(
             linear_kernels._colsum_kernel,

@@ -37,6 +37,8 @@ def gemms() -> HeadGemms:
         dw=lambda d, h: fl.grad_w_2d(d, h),
         dw_into=lambda d, h, out: fl.grad_w_2d(d, h, out=out),
         db=fl.grad_b_2d,
+        dw_chain=fl.grad_w_chain,
+        dw_rows=fl.dw_rows,
         check=_check,
         call_elements=CALL_ELEMENTS,
     )

@@ -71,8 +71,10 @@ def _gemm_group_kernel(
     stride_bn = tl.where(first, stride_b1n, tl.where(second, stride_b2n, stride_b3n))
     tile = tl.where(first, pid, tl.where(second, pid - t1, pid - t1 - t2))
     pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, 1, 1, stride_bn, EVEN_K,
-                                        BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = _pointer_tile(a_ptr, b_ptr, acc, offs_m, offs_n, M, N, K, stride_am, 1, 1, stride_bn, EVEN_K, BLOCK_K)
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, N, 1, HAS_BIAS, False)
 
 

@@ -62,12 +62,25 @@ def _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
+@_jit
+def _start_tile(acc_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, CHAIN: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr):  # fmt: skip
+    """The fp32 sum a tile's K loop starts from: +0, or (CHAIN) the tile of acc (fp32, C's strides), a running sum
+    over earlier K steps that this launch continues (a K walk cut between launches at multiples of BLOCK_K: the
+    uncut walk's bits)."""
+    if CHAIN:
+        c_ptrs = acc_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n.to(tl.int64)[None, :] * stride_cn
+        return tl.load(c_ptrs, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N), other=0.0)
+    return tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+
 @_jit(do_not_specialize=["M"])
 def _gemm_tma_kernel(
     a_desc,
     b_desc,
     c_ptr,
     bias_ptr,
+    acc_ptr,
     M,
     N,
     K,
@@ -78,6 +91,7 @@ def _gemm_tma_kernel(
     B_T: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACCUMULATE: tl.constexpr,
+    CHAIN: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -92,30 +106,27 @@ def _gemm_tma_kernel(
         pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        acc = _start_tile(acc_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, CHAIN, BLOCK_M, BLOCK_N)
         for k0 in range(0, K, BLOCK_K):
             a = a_desc.load([k0, off_m]).T if A_T else a_desc.load([off_m, k0])
             b = b_desc.load([off_n, k0]).T if B_T else b_desc.load([k0, off_n])
             acc = tl.dot(a, b, acc, input_precision="ieee")
-        offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N)
         _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
 @_jit
-def _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, EVEN_K: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
-    """The fp32 sum of tile (pid_m, pid_n) of A[M, K] @ B[K, N]: from +0, K ascending in steps of BLOCK_K, one dot per
-    step. Returns (acc, offs_m, offs_n)."""
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _pointer_tile(a_ptr, b_ptr, acc, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  EVEN_K: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """acc (fp32, the tile at rows offs_m, columns offs_n) + that tile of A[M, K] @ B[K, N]: K ascending in steps of
+    BLOCK_K, one dot per step."""
     # Rows/columns past the edge re-read valid ones (modulo): those results are never stored.
     rows = (offs_m % M).to(tl.int64)
     cols = (offs_n % N).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + cols[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a = tl.load(a_ptrs)
@@ -127,37 +138,24 @@ def _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, str
         acc = tl.dot(a, b, acc, input_precision="ieee")
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
-    return acc, offs_m, offs_n
+    return acc
 
 
 @_jit(do_not_specialize=["M"])
 def _gemm_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    bias_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
-    HAS_BIAS: tl.constexpr,
-    ACCUMULATE: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
+    a_ptr, b_ptr, c_ptr, bias_ptr, acc_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+    stride_cn, HAS_BIAS: tl.constexpr, ACCUMULATE: tl.constexpr, CHAIN: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr
+):  # fmt: skip
     """C[M, N] = A[M, K] @ B[K, N] (+ bias[N]) with any strides; fp32 accumulation from +0, K ascending.
-    ACCUMULATE (an fp32 C): C = C + that result, one fp32 add per element as it is stored."""
+    ACCUMULATE (an fp32 C): C = C + that result, one fp32 add per element as it is stored. CHAIN: the accumulation
+    starts from acc's tile instead of +0 (_start_tile); C may be acc itself. acc_ptr is C where there is no CHAIN."""
     pid_m, pid_n = _tile_of(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    acc, offs_m, offs_n = _pointer_tile(a_ptr, b_ptr, pid_m, pid_n, M, N, K, stride_am, stride_ak, stride_bk,
-                                        stride_bn, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K)  # fmt: skip
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = _start_tile(acc_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, CHAIN, BLOCK_M, BLOCK_N)
+    acc = _pointer_tile(a_ptr, b_ptr, acc, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, EVEN_K,
+                        BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N, stride_cm, stride_cn, HAS_BIAS, ACCUMULATE)
 
 
@@ -179,63 +177,52 @@ def _colsum_kernel(x_ptr, out_ptr, M, N, BLOCK_R: tl.constexpr, BLOCK_N: tl.cons
 def _launch_gemm(
     a: torch.Tensor, b_strides: tuple[int, int], b: torch.Tensor, n: int, cfg: dict, bias=None, out_dtype=None,
     into: torch.Tensor | None = None, plan: tuple | None = None, out: torch.Tensor | None = None,
+    chain: torch.Tensor | None = None,
 ):  # fmt: skip
     """a [M, K] (any strides), B given as (tensor, stride over k, stride over n) -> C [M, n] in out_dtype (default
     a's dtype; fp32 stores the accumulator unrounded). into (fp32 [M, n]): C is added to it in place instead;
-    out ([M, n], any strides): C is stored there. plan: the plan key of a linear's call (fast.decoder.plan), under
-    which a replayable launch is kept."""
+    out ([M, n], any strides): C is stored there; chain (fp32 [M, n], C's strides): the K walk starts from chain's
+    values (a K walk continued), its sum stored in out, else in chain. plan: the plan key of a linear's call
+    (fast.decoder.plan), under which a replayable launch is kept."""
     m, k = a.shape
-    c = into if into is not None else out
+    c = into if into is not None else out if out is not None else chain
     if c is None:
         c = torch.empty((m, n), dtype=out_dtype or a.dtype, device=a.device)
-    if m == 0 or n == 0 or (k == 0 and into is not None):
+    if m == 0 or n == 0 or (k == 0 and (into is not None or chain is not None)):
         return c
     if k == 0:
         return c.copy_(bias.expand(m, n)) if bias is not None else c.zero_()
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    if chain is not None and chain.stride() != c.stride():
+        raise ValueError(f"a chained GEMM's running sum {chain.stride()} and output {c.stride()} differ in strides")
+    tensors = (*linear_operands(a, (b,), (bias,), (c,))[:4], c if chain is None else chain)
     tma = _tma_operands(a, b, b_strides, cfg) if cfg.get("tma") else None
     if tma is not None:
         programs = min(tiles, _programs(a.device))
         _gemm_tma_kernel[(programs,)](
-            tma[0], tma[2], c, bias if bias is not None else c, m, n, k, c.stride(0), c.stride(1), programs,
-            A_T=tma[1], B_T=tma[3], HAS_BIAS=bias is not None, ACCUMULATE=into is not None, BLOCK_M=bm, BLOCK_N=bn,
+            tma[0], tma[2], *tensors[2:], m, n, k, c.stride(0), c.stride(1), programs,
+            A_T=tma[1], B_T=tma[3], HAS_BIAS=bias is not None, ACCUMULATE=into is not None, CHAIN=chain is not None,
+            BLOCK_M=bm, BLOCK_N=bn,
             BLOCK_K=bk, GROUP_M=cfg["group_m"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
             **cfg["launch"],
         )  # fmt: skip
         return c
     replay = (launch if plan is None else launch_replay)(
-        _gemm_kernel,
-        (tiles,),
-        *linear_operands(a, (b,), (bias,), (c,)),
-        m,
-        n,
-        k,
-        a.stride(0),
-        a.stride(1),
-        b_strides[0],
-        b_strides[1],
-        c.stride(0),
-        c.stride(1),
-        HAS_BIAS=bias is not None,
-        ACCUMULATE=into is not None,
-        EVEN_K=k % bk == 0,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        GROUP_M=cfg["group_m"],
-        num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"],
-        **cfg["launch"],
-    )
+        _gemm_kernel, (tiles,), *tensors, m, n, k, a.stride(0), a.stride(1),
+        b_strides[0], b_strides[1], c.stride(0), c.stride(1), HAS_BIAS=bias is not None, ACCUMULATE=into is not None,
+        CHAIN=chain is not None, EVEN_K=k % bk == 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["group_m"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
+    )  # fmt: skip
     if plan is not None:
         plans.keep(plan, replay, (n,), linear_operands)
     return c
 
 
 def linear_operands(x: torch.Tensor, ws: tuple, bs: tuple, outs: tuple) -> tuple[torch.Tensor, ...]:
-    """A linear's tensor arguments of _gemm_kernel (a, b, c, bias; c where there is no bias), for its plan."""
-    return x, ws[0], outs[0], outs[0] if bs[0] is None else bs[0]
+    """A linear's tensor arguments of _gemm_kernel (a, b, c, bias, acc; c where there is no bias and as acc), for
+    its plan."""
+    return x, ws[0], outs[0], outs[0] if bs[0] is None else bs[0], outs[0]
 
 
 def _tma_readable(t: torch.Tensor) -> bool:
@@ -329,8 +316,36 @@ def grad_w_2d(
         raise ValueError(f"grad_w_2d: out must be {dy.dtype} [{n}, {k}] on {dy.device}, got {out.dtype} "
                          f"{tuple(out.shape)} on {out.device}")  # fmt: skip
     cfg = cfg or config_for("linear_dw", target_of(dy.device))
-    a = dy.t() if cfg.get("tma") and _tma_readable(dy) and _tma_readable(x) else dy.t().contiguous()
-    return _launch_gemm(a, (x.stride(0), x.stride(1)), x, k, cfg, out=out)
+    return _launch_gemm(_dw_operand(dy, x, cfg), (x.stride(0), x.stride(1)), x, k, cfg, out=out)
+
+
+def _dw_operand(dy: torch.Tensor, x: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """dW's A operand, dY^T: a view where the TMA kernel reads dY itself, else a K-contiguous copy."""
+    return dy.t() if cfg.get("tma") and _tma_readable(dy) and _tma_readable(x) else dy.t().contiguous()
+
+
+def grad_w_chain(
+    dy: torch.Tensor, x: torch.Tensor, acc: torch.Tensor, out: torch.Tensor | None = None, cfg: dict | None = None
+) -> None:
+    """acc [N, K] (fp32, row-major): grad_w_2d's walk over the rows continued by these rows, the sum stored back in
+    acc, or (the last block) rounded into out (dY's dtype, [N, K] row-major) as grad_w_2d stores it. grad_w_2d
+    over rows cut into blocks, each a multiple of dw_rows() rows but the last, chained block after block from an
+    acc of +0, is grad_w_2d of the uncut rows, bit for bit: the same K steps (BLOCK_K rows each) in the same
+    order, the running sum held in fp32 memory between launches instead of in registers."""
+    n, k = dy.shape[1], x.shape[1]
+    if acc.dtype != torch.float32 or tuple(acc.shape) != (n, k) or acc.device != dy.device or acc.stride(1) != 1:
+        raise ValueError(f"grad_w_chain: acc must be a row-major fp32 [{n}, {k}] on {dy.device}, got {acc.dtype} "
+                         f"{tuple(acc.shape)} strides {acc.stride()} on {acc.device}")  # fmt: skip
+    if out is not None and (out.dtype != dy.dtype or tuple(out.shape) != (n, k) or out.stride() != acc.stride()):
+        raise ValueError(f"grad_w_chain: out must be a row-major {dy.dtype} [{n}, {k}], got {out.dtype} "
+                         f"{tuple(out.shape)} strides {out.stride()}")  # fmt: skip
+    cfg = cfg or config_for("linear_dw", target_of(dy.device))
+    _launch_gemm(_dw_operand(dy, x, cfg), (x.stride(0), x.stride(1)), x, k, cfg, out=out, chain=acc)
+
+
+def dw_rows(device: torch.device) -> int:
+    """The rows of one K step of dW (its BLOCK_K): grad_w_chain's blocks are multiples of it."""
+    return config_for("linear_dw", target_of(device))["block_k"]
 
 
 def _transposed(t: torch.Tensor) -> bool:
