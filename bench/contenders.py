@@ -138,3 +138,15 @@ def head(tier: str, fused: bool = True) -> Callable[..., tuple[torch.Tensor, tor
 
     fn = rl_head.lm_head_logprobs if fused else rl_head.unfused
     return lambda h, w, t: fn(h, w, t, tier=tier, entropy=True)
+
+
+def logp_plus_entropy(logp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
+    return logp + ent
+
+
+def head_loss(tier: str) -> Callable[..., tuple[torch.Tensor, None]]:
+    """rl_kernel.lm_head_loss in the tier as (h, w, t) -> (loss, None): the loss sum(logp + entropy), the
+    gradient the other heads' sum(logp) + sum(entropy) gives, computed in the forward (three head GEMMs)."""
+    from rl_kernel.head_loss import lm_head_loss
+
+    return lambda h, w, t: (lm_head_loss(h, w, t, logp_plus_entropy, torch.sum, tier=tier, entropy=True).loss, None)

@@ -9,8 +9,10 @@ training head = forward (token log-probs and entropy) + backward (dHidden, dWeig
 gradients included (torch.cuda.max_memory_allocated). Contenders (bench.contenders): rl_kernel.lm_head_logprobs
 (exact and fast tiers) and each tier's unfused path (head.unfused: the logits materialised), stock PyTorch (F.linear +
 log_softmax + gather + entropy), and Liger's fused linear cross-entropy (where liger-kernel is installed; it
-gives the loss, not per-token log-probs, and no entropy). Before timing, the bit checks the head promises:
-fused == unfused log-probs, entropy and dWeight, per tier, and dHidden run to run (integer views of the bits).
+gives the loss, not per-token log-probs, and no entropy), and rl_kernel.lm_head_loss where the tier chains dW
+(the fast tier: the loss sum(logp + entropy), its gradients computed in the forward, three head GEMMs where the
+fused head takes four). Before timing, the bit checks the head promises: fused == unfused log-probs, entropy and
+dWeight, per tier, dHidden run to run, and the fused loss == the fused head in all four (integer views of the bits).
 --kernels also prints each contender's device time per kernel (bench.timing.kernels), the largest first: where a head's
 time goes.
 """
@@ -24,7 +26,9 @@ import torch
 from bench import contenders as C
 from bench import environment, gpu_missing, parser, timing
 from rl_kernel import head
+from rl_kernel import tiers as rl_tiers
 from rl_kernel.bitwise import bits_equal
+from rl_kernel.head_loss import lm_head_loss
 
 TIERS = ("exact", "fast")
 STOCK = "stock F.linear+log_softmax"
@@ -70,10 +74,28 @@ def outputs(fn, h, w, t) -> tuple[torch.Tensor, ...]:
     return logp.detach(), ent.detach(), h.grad.clone(), w.grad.clone()
 
 
+def loss_outputs(tier: str, h, w, t) -> tuple[torch.Tensor, ...]:
+    """The fused loss's log-probs, entropy, dHidden and dWeight (its gradients computed in the forward)."""
+    h.grad = w.grad = None
+    out = lm_head_loss(h, w, t, C.logp_plus_entropy, torch.sum, tier=tier, entropy=True)
+    out.loss.backward()
+    return out.logprobs, out.entropy, h.grad.clone(), w.grad.clone()
+
+
+def chains_dw(tier: str) -> bool:
+    """Whether the tier's fused loss takes its own path (a chained dW), not the fused head's composition."""
+    return rl_tiers.get(tier).head_gemms().dw_chain is not None
+
+
 def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
     out = {}
     for tier in tiers:
         fused, unfused = outputs(C.head(tier), h, w, t), outputs(C.head(tier, fused=False), h, w, t)
+        if chains_dw(tier):
+            loss = loss_outputs(tier, h, w, t)
+            out[f"{tier}: fused loss == fused head (log-probs, entropy, dHidden, dWeight)"] = all(
+                bits_equal(a, b) for a, b in zip(loss, fused, strict=True)
+            )
         out[f"{tier}: fused == unfused log-probs"] = bits_equal(fused[0], unfused[0])
         out[f"{tier}: fused == unfused entropy"] = bits_equal(fused[1], unfused[1])
         out[f"{tier}: fused == unfused dWeight"] = bits_equal(fused[3], unfused[3])
@@ -94,6 +116,7 @@ def host_side_of(call) -> dict:
 
 def contenders(tiers=TIERS) -> dict:
     fns = {f"{tier} {kind}": C.head(tier, kind == "fused") for tier in tiers for kind in ("fused", "unfused")}
+    fns |= {f"{tier} fused loss": C.head_loss(tier) for tier in tiers if chains_dw(tier)}
     fns[STOCK] = C.stock_head
     liger = C.liger_fused_linear_ce()
     if liger is not None:

@@ -20,7 +20,7 @@ import torch
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel
-from rl_kernel import head_loss
+from rl_kernel import head, head_loss
 from rl_kernel.bitwise import bits_equal
 
 IGNORE = -100
@@ -99,6 +99,22 @@ def test_bad_arguments_name_the_problem(change: dict, words: str) -> None:
         _bad(change)()
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [4096, 8192])
+def test_on_the_gpu_the_fused_loss_is_the_composition_bit_for_bit(rows: int) -> None:
+    """On the GPU, a 1.7B head (151936 x 2048, bf16) at 4096 and 8192 tokens (two and three row blocks): every
+    output == the composition, and == itself on a second run."""
+    h, w, tok, old, adv, mask = _case(rows=rows, hid=2048, vrows=151936, vocab=151936, device="cuda")
+    h, w = h * 0.5, w * 0.3
+    want = both(head_loss.composed, h, w, tok, old, adv, mask, "fast")
+    got = both(rl_kernel.lm_head_loss, h, w, tok, old, adv, mask, "fast")
+    again = both(rl_kernel.lm_head_loss, h, w, tok, old, adv, mask, "fast")
+    names = ("loss", "log-probs", "entropy", "dHidden", "dWeight")
+    assert [n for n, a, b in zip(names, got, want, strict=True) if not same(a, b)] == []
+    assert [n for n, a, b in zip(names, got, again, strict=True) if not same(a, b)] == []
+    assert torch.isfinite(got[0]) and got[4].abs().sum() > 0
+
+
 # ---- the Triton interpreter (a subprocess) ---------------------------------------------------------------------
 @pytest.mark.slow
 def test_interpreter_chained_dweight() -> None:
@@ -149,7 +165,7 @@ def _check_chain() -> dict[str, bool]:
 def _check_loss() -> dict[str, bool]:
     """lm_head_loss in the fast tier == head_loss.composed in the fast tier, every output bit for bit."""
     h, w, tok, old, adv, mask = _case()
-    kw = dict(temperature=0.8, vocab_size=597)
+    kw = dict(temperature=0.8, vocab_size=597, vocab_chunk=128)  # dHidden: five chunks' partials
     res = {}
     want = both(head_loss.composed, h, w, tok, old, adv, mask, "fast", **kw)
     names = ("loss", "log-probs", "entropy", "dHidden", "dWeight")
@@ -162,11 +178,35 @@ def _check_loss() -> dict[str, bool]:
             head_loss.BLOCK_ELEMENTS = elements
         for name, a, b in zip(names, got, want, strict=True):
             res[f"{blocks}: {name} == the composition (bits)"] = same(a, b)
+    res["dHidden's fp32 sums before rounding == the composition's (bits)"] = _same_fp32_dhidden(
+        lambda: both(head_loss.composed, h, w, tok, old, adv, mask, "fast", **kw),
+        lambda: both(rl_kernel.lm_head_loss, h, w, tok, old, adv, mask, "fast", **kw),
+    )
     frozen = both(rl_kernel.lm_head_loss, h, w, tok, old, adv, mask, "fast", frozen=True, **kw)
     res["a frozen head: dHidden == the composition's, no dWeight"] = same(frozen[3], want[3]) and frozen[4] is None
     res["the gradients are not zero"] = bool(want[3].abs().sum() > 0 and want[4].abs().sum() > 0)
     res.update(_refusals(h, w, tok, old, adv, mask))
     return res
+
+
+def _same_fp32_dhidden(composition, fused) -> bool:
+    """dHidden's fp32 sums as each path hands them to head.round_to (the bf16 rounding hides most orders of the
+    chunks' partials), the fused loss in three row blocks."""
+    rounding, elements = head.round_to, head_loss.BLOCK_ELEMENTS
+    seen: list[list[torch.Tensor]] = []
+
+    def spy(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        seen[-1].append(x.clone())
+        return rounding(x, dtype)
+
+    head.round_to, head_loss.BLOCK_ELEMENTS = spy, 64 * 600
+    try:
+        for run in (composition, fused):
+            seen.append([])
+            run()
+    finally:
+        head.round_to, head_loss.BLOCK_ELEMENTS = rounding, elements
+    return len(seen[1]) == 3 and same(torch.cat(seen[1]), torch.cat(seen[0]))
 
 
 def _refusals(h, w, tok, old, adv, mask) -> dict[str, bool]:
