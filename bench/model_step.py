@@ -12,7 +12,8 @@ sizes: a run that checks the script, without the fast tier).
   log-probs (rl_kernel.token_logprobs patched; log_softmax + gather stock), the GRPO clipped loss, backward,
   AdamW (torch.optim.AdamW for stock and fast, whose promise is one architecture; ExactAdamW for exact); and,
   patched, the same step with the log-probs from the fused head (rl_kernel.lm_head_logprobs over the decoder's
-  hidden states: train_fused_head), each with its peak memory;
+  hidden states: train_fused_head) and, where the tier chains dW, through rl_kernel.lm_head_loss (the GRPO loss
+  with its head gradients computed in the forward: train_fused_loss), each with its peak memory;
 - check: generate() of --check-new (48) tokens for --check-batch (16) prompts keeping its logits, then the
   training forward (autograd on, right padded) over the same sequences: the logits compared bit for bit, and
   the first step's importance ratios exp(new - old) over the completion tokens (all exactly 1.0 when equal);
@@ -39,7 +40,7 @@ from rl_kernel import aten_mode
 from rl_kernel.optim import ExactAdamW
 
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
-STAGES = ("rollout", "train", "train_fused_head")
+STAGES = ("rollout", "train", "train_fused_head", "train_fused_loss")
 
 
 def logits_scorer(logprobs):
@@ -63,15 +64,52 @@ def fused_scorer(tier: str):
     return score
 
 
-def train_step(model, ids: torch.Tensor, opt, score, clip: float = CLIP) -> None:
-    """Forward over ids [B, T] (every token real), token log-probs of the next tokens, GRPO loss, backward, step."""
+def grpo_token_loss(clip: float) -> Callable[..., torch.Tensor]:
+    """The clipped surrogate of each token (elementwise: rl_kernel.lm_head_loss's token_loss)."""
+
+    def token_loss(lp: torch.Tensor, old: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:
+        ratio = torch.exp(lp - old)
+        return -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+
+    return token_loss
+
+
+def advantages(ids: torch.Tensor) -> torch.Tensor:
+    return torch.linspace(-1, 1, ids.shape[0], device=ids.device)[:, None]
+
+
+def scored_loss(score) -> Callable[..., torch.Tensor]:
+    """The GRPO loss from token log-probs (score): the first step's, old log-probs = the new ones."""
+
+    def loss_of(model, ids: torch.Tensor, clip: float) -> torch.Tensor:
+        lp = score(model, ids)
+        return grpo_token_loss(clip)(lp, lp.detach(), advantages(ids)).mean()
+
+    return loss_of
+
+
+def fused_loss(tier: str) -> Callable[..., torch.Tensor]:
+    """The same GRPO loss through rl_kernel.lm_head_loss (its gradients computed in the forward), the old log-probs
+    those of the first call's weights (taken once, outside the gradient)."""
+    old: dict[str, torch.Tensor] = {}
+
+    def loss_of(model, ids: torch.Tensor, clip: float) -> torch.Tensor:
+        hidden = model.get_decoder()(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state[:, :-1]
+        w, tokens = model.get_output_embeddings().weight, ids[:, 1:]
+        if "lp" not in old:
+            with torch.no_grad():
+                old["lp"] = rl_kernel.lm_head_logprobs(hidden, w, tokens, tier=tier)
+        adv = advantages(ids).expand(tokens.shape)
+        return rl_kernel.lm_head_loss(hidden, w, tokens, grpo_token_loss(clip), torch.mean, (old["lp"], adv),
+                                      tier=tier).loss  # fmt: skip
+
+    return loss_of
+
+
+def train_step(model, ids: torch.Tensor, opt, loss_of, clip: float = CLIP) -> None:
+    """Forward over ids [B, T] (every token real) to the GRPO loss (loss_of), backward, step."""
     opt.zero_grad(set_to_none=True)
-    lp = score(model, ids)
-    old = lp.detach()
-    adv = torch.linspace(-1, 1, ids.shape[0], device=ids.device)[:, None]
-    ratio = torch.exp(lp - old)
-    loss = -torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv).mean()
-    loss.backward()
+    loss_of(model, ids, clip).backward()
     opt.step()
 
 
@@ -131,13 +169,15 @@ def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: to
         print(f"{tier}: rollout {res['rollout']}", flush=True)
     model.train()
     logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
-    heads = {} if "train" in args.skip else {"train": logits_scorer(logprobs)}
+    heads = {} if "train" in args.skip else {"train": scored_loss(logits_scorer(logprobs))}
     if tier != "stock" and "train" not in args.skip:
-        heads["train_fused_head"] = fused_scorer(serving)
-    for name, score in heads.items():
+        heads["train_fused_head"] = scored_loss(fused_scorer(serving))
+        if rl_kernel.tiers.get(serving).head_gemms().dw_chain is not None:
+            heads["train_fused_loss"] = fused_loss(serving)
+    for name, loss_of in heads.items():
         if timing.gpu():
             torch.cuda.reset_peak_memory_stats()
-        step = {name: lambda score=score: train_step(model, train_ids, opt, score)}
+        step = {name: lambda loss_of=loss_of: train_step(model, train_ids, opt, loss_of)}
         res[name] = timing.both(step, reps, warmup=1)[name]
         res[f"{name}_peak_gb"] = peak_gb()
         print(f"{tier}: {name} {res[name]} peak {res[f'{name}_peak_gb']} GB", flush=True)
@@ -205,14 +245,15 @@ def ratios_over_stock(record: dict) -> None:
 
 
 def table(record: dict, tiers: list[str]) -> None:
-    print("\ntier   rollout s (x stock)   train s (x stock)   fused-head train s (x stock)   generate == forward   "
-          "ratios == 1")  # fmt: skip
+    print("\ntier   rollout s (x stock)   train s (x stock)   fused-head train s (x stock)   fused-loss train s "
+          "(x stock)   generate == forward   ratios == 1")  # fmt: skip
     for tier in tiers:
         r = record[tier]
         times = [r[w]["synced_s"] if w in r else float("nan") for w in STAGES]
         x = [f" ({r.get(f'{w}_synced_s_over_stock', 1):.2f}x)" if w in r else "" for w in STAGES]
         c = r.get("check", {"logits_differ": "-", "ratios_exactly_one": "-", "tokens": "-"})
         print(f"{tier:6} {times[0]:8.3f}{x[0]:12} {times[1]:8.3f}{x[1]:12} {times[2]:8.3f}{x[2]:21} "
+              f"{times[3]:8.3f}{x[3]:20} "
               f"{c['logits_differ']:>10} differ   {c['ratios_exactly_one']}/{c['tokens']}")  # fmt: skip
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, publish, timing
-from bench.model_step import fused_scorer, logits_scorer, train_step
+from bench.model_step import fused_loss, fused_scorer, logits_scorer, scored_loss, train_step
 
 LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
@@ -161,16 +161,19 @@ def profile(step: Callable[[], None], model: nn.Module, steps: int, other: dict 
 
 
 def contender_steps(model: nn.Module, ids: torch.Tensor, mode: bool = False) -> dict[str, tuple[str, Callable]]:
-    """name -> (tier, score): stock; the fast tier unfused and through the fused head (exact without a GPU); with
-    mode, also the unpatched model under rl_kernel.mode(tier) (mode-TIER, unfused head)."""
+    """name -> (tier, loss_of): stock; the fast tier unfused, through the fused head and through the fused loss
+    (exact without a GPU, and no fused loss); with mode, also the unpatched model under rl_kernel.mode(tier)
+    (mode-TIER, unfused head)."""
     tier = "fast" if timing.gpu() else "exact"
     steps = {
-        "stock": ("stock", logits_scorer(contenders.stock_token_logprobs)),
-        f"{tier}": (tier, logits_scorer(rl_kernel.token_logprobs)),
-        f"{tier} fused head": (tier, fused_scorer(tier)),
+        "stock": ("stock", scored_loss(logits_scorer(contenders.stock_token_logprobs))),
+        f"{tier}": (tier, scored_loss(logits_scorer(rl_kernel.token_logprobs))),
+        f"{tier} fused head": (tier, scored_loss(fused_scorer(tier))),
     }
+    if rl_kernel.tiers.get(tier).head_gemms().dw_chain is not None:
+        steps[f"{tier} fused loss"] = (tier, fused_loss(tier))
     if mode:
-        steps[f"mode-{tier}"] = (f"mode-{tier}", logits_scorer(rl_kernel.token_logprobs))
+        steps[f"mode-{tier}"] = (f"mode-{tier}", scored_loss(logits_scorer(rl_kernel.token_logprobs)))
     return steps
 
 
@@ -212,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(1, shape.vocab, (args.train_batch, args.train_len), generator=g).to(device)
     record: dict = {"shape": vars(shape), "env": environment(), "args": vars(args), "families": {}, "step_synced_s": {}}
-    for name, (tier, score) in contender_steps(model, ids, args.mode).items():
+    for name, (tier, loss_of) in contender_steps(model, ids, args.mode).items():
         model.load_state_dict(initial)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-        step = lambda score=score, opt=opt: train_step(model, ids, opt, score)  # noqa: E731
+        step = lambda loss_of=loss_of, opt=opt: train_step(model, ids, opt, loss_of)  # noqa: E731
         with model_shapes.in_tier(model, tier):
             other: dict[str, float] = {}
             record["families"][name] = profile(step, model, args.steps, other)
