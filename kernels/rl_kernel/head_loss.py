@@ -200,7 +200,7 @@ def _blocks(step: _Step, h, weight, tokens, inputs, need: tuple[bool, bool]):
     dh = torch.empty_like(h) if need[0] else None
     dw_sum = torch.zeros(weight.shape, **f32) if need[1] else None
     dw = torch.empty_like(weight) if need[1] else None
-    block = _block_rows(g, weight.shape[0], h.device)
+    block = _block_rows(g, n, weight.shape[0], h.device)
     for r0 in range(0, n, block):
         rows = slice(r0, min(n, r0 + block))
         z, logp[rows], stats, e = head.whole_rows(g, plan, h[rows], weight, None, tokens[rows])
@@ -221,12 +221,14 @@ def _blocks(step: _Step, h, weight, tokens, inputs, need: tuple[bool, bool]):
     return loss, logp, ent, dh, dw
 
 
-def _block_rows(g: tiers.HeadGemms, cols: int, device: torch.device) -> int:
-    """Rows per block: at most BLOCK_ELEMENTS logits, a multiple of dW's K step (at least one step). No bit depends
-    on it: the blocks chain dW's sum at its own step boundaries, and everything else is row by row."""
+def _block_rows(g: tiers.HeadGemms, n: int, cols: int, device: torch.device) -> int:
+    """Rows per block: the n rows in as few blocks as hold at most BLOCK_ELEMENTS logits each, of about equal size
+    (no small last block for the GEMMs), a multiple of dW's K step (at least one step). No bit depends on it: the
+    blocks chain dW's sum at its own step boundaries, and everything else is row by row."""
     step = g.dw_rows(device)
-    rows = BLOCK_ELEMENTS // max(1, cols)
-    return max(step, rows - rows % step)
+    most = max(step, BLOCK_ELEMENTS // max(1, cols) // step * step)
+    blocks = -(-n // most)
+    return min(most, -(-n // (blocks * step)) * step)
 
 
 # ---- arguments ---------------------------------------------------------------------------------------------
