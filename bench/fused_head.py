@@ -26,9 +26,8 @@ import torch
 from bench import contenders as C
 from bench import environment, gpu_missing, parser, timing
 from rl_kernel import head
-from rl_kernel import tiers as rl_tiers
 from rl_kernel.bitwise import bits_equal
-from rl_kernel.head_loss import lm_head_loss
+from rl_kernel.head_loss import computes_in_forward, lm_head_loss
 
 TIERS = ("exact", "fast")
 STOCK = "stock F.linear+log_softmax"
@@ -82,16 +81,11 @@ def loss_outputs(tier: str, h, w, t) -> tuple[torch.Tensor, ...]:
     return out.logprobs, out.entropy, h.grad.clone(), w.grad.clone()
 
 
-def chains_dw(tier: str) -> bool:
-    """Whether the tier's fused loss takes its own path (a chained dW), not the fused head's composition."""
-    return rl_tiers.get(tier).head_gemms().dw_chain is not None
-
-
 def bit_checks(h, w, t, tiers=TIERS) -> dict[str, bool]:
     out = {}
     for tier in tiers:
         fused, unfused = outputs(C.head(tier), h, w, t), outputs(C.head(tier, fused=False), h, w, t)
-        if chains_dw(tier):
+        if computes_in_forward(tier):
             loss = loss_outputs(tier, h, w, t)
             out[f"{tier}: fused loss == fused head (log-probs, entropy, dHidden, dWeight)"] = all(
                 bits_equal(a, b) for a, b in zip(loss, fused, strict=True)
@@ -116,7 +110,7 @@ def host_side_of(call) -> dict:
 
 def contenders(tiers=TIERS) -> dict:
     fns = {f"{tier} {kind}": C.head(tier, kind == "fused") for tier in tiers for kind in ("fused", "unfused")}
-    fns |= {f"{tier} fused loss": C.head_loss(tier) for tier in tiers if chains_dw(tier)}
+    fns |= {f"{tier} fused loss": C.head_loss(tier) for tier in tiers if computes_in_forward(tier)}
     fns[STOCK] = C.stock_head
     liger = C.liger_fused_linear_ce()
     if liger is not None:

@@ -36,7 +36,7 @@ import torch
 
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, rollout, timing
-from rl_kernel import aten_mode
+from rl_kernel import aten_mode, head_loss
 from rl_kernel.optim import ExactAdamW
 
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped
@@ -172,7 +172,7 @@ def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: to
     heads = {} if "train" in args.skip else {"train": scored_loss(logits_scorer(logprobs))}
     if tier != "stock" and "train" not in args.skip:
         heads["train_fused_head"] = scored_loss(fused_scorer(serving))
-        if rl_kernel.tiers.get(serving).head_gemms().dw_chain is not None:
+        if head_loss.computes_in_forward(serving):
             heads["train_fused_loss"] = fused_loss(serving)
     for name, loss_of in heads.items():
         if timing.gpu():

@@ -32,6 +32,7 @@ from torch import nn
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, publish, timing
 from bench.model_step import fused_loss, fused_scorer, logits_scorer, scored_loss, train_step
+from rl_kernel import head_loss
 
 LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
@@ -170,7 +171,7 @@ def contender_steps(model: nn.Module, ids: torch.Tensor, mode: bool = False) -> 
         f"{tier}": (tier, scored_loss(logits_scorer(rl_kernel.token_logprobs))),
         f"{tier} fused head": (tier, scored_loss(fused_scorer(tier))),
     }
-    if rl_kernel.tiers.get(tier).head_gemms().dw_chain is not None:
+    if head_loss.computes_in_forward(tier):
         steps[f"{tier} fused loss"] = (tier, fused_loss(tier))
     if mode:
         steps[f"mode-{tier}"] = (f"mode-{tier}", scored_loss(logits_scorer(rl_kernel.token_logprobs)))

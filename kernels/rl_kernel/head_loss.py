@@ -43,6 +43,7 @@ from typing import NamedTuple
 import torch
 
 from rl_kernel import head, tiers
+from rl_kernel.bitwise import bits_equal
 from rl_kernel.rowtree import IGNORE, Slice
 
 BLOCK_ELEMENTS = 1 << 29  # logits per row block at most (1 GB in bf16): dWeight's fp32 sum is read and written
@@ -80,8 +81,7 @@ def lm_head_loss(
     with its gradients; the module's docstring states what token_loss and reduce must be."""
     vocab = head.check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
     inputs = _check_inputs(tokens, inputs, token_loss, reduce)
-    g = tiers.get(tier).head_gemms()
-    if g.dw_chain is None or bias is not None or hidden.numel() == 0 or any(t.requires_grad for t in inputs):
+    if not computes_in_forward(tier) or bias is not None or hidden.numel() == 0 or any(t.requires_grad for t in inputs):
         return composed(hidden, weight, tokens, token_loss, reduce, inputs, tier=tier, bias=bias,
                         temperature=temperature, entropy=entropy, vocab_size=vocab_size, ignore_index=ignore_index,
                         vocab_chunk=vocab_chunk, validate=validate)  # fmt: skip
@@ -94,6 +94,12 @@ def lm_head_loss(
     fn = _Step(plan, token_loss, reduce, lead)
     loss, logp, ent = _FusedLoss.apply(h, weight.contiguous(), tok, fn, *flat)
     return HeadLoss(loss, logp.view(lead), ent.view(lead) if entropy else None)
+
+
+def computes_in_forward(tier: str) -> bool:
+    """Whether the tier's lm_head_loss computes the gradients in its forward (the tier chains dW), not the
+    composition."""
+    return tiers.get(tier).head_gemms().dw_chain is not None
 
 
 def composed(
@@ -142,28 +148,29 @@ class _Step:
         return per_token.detach(), _detached(grads[0]), _detached(g_ent)
 
     def _token_weights(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        at = torch.zeros(self.lead, dtype=dtype, device=device, requires_grad=True)
-        return self._grad_of_reduce(at)
+        return self._reduced(torch.zeros(self.lead, dtype=dtype, device=device))[1]
 
-    def _grad_of_reduce(self, per_token: torch.Tensor) -> torch.Tensor:
+    def _reduced(self, per_token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(reduce(per_token), its gradient flattened) at these per-token losses."""
+        at = per_token.view(self.lead).detach().requires_grad_()
         with torch.enable_grad():
-            loss = self.reduce(per_token)
+            loss = self.reduce(at)
             _check_loss(loss)
             if not loss.requires_grad:
                 raise ValueError("rl_kernel: lm_head_loss: reduce's result does not depend on the per-token losses")
-            (w,) = torch.autograd.grad(loss, per_token, allow_unused=True)
-        return (torch.zeros_like(per_token) if w is None else w).detach().reshape(-1)
+            (w,) = torch.autograd.grad(loss, at, allow_unused=True)
+        return loss.detach(), (torch.zeros_like(at) if w is None else w).detach().reshape(-1)
 
     def total(self, per_token: torch.Tensor) -> torch.Tensor:
         """reduce of the whole per-token losses, after checking reduce is linear: its gradient there is the
         token weights the blocks used, bit for bit."""
-        at = per_token.view(self.lead).detach().requires_grad_()
-        if self.weights is not None and not _same_bits(self._grad_of_reduce(at), self.weights):
+        loss, w = self._reduced(per_token)
+        if not bits_equal(w, self.weights):
             raise ValueError(
                 "rl_kernel: lm_head_loss: reduce is not linear in the per-token losses (its gradient depends on "
                 "them), so the gradient computed in the forward would be wrong; use rl_kernel.head_loss.composed"
             )
-        return self.reduce(per_token.view(self.lead)).detach()
+        return loss
 
 
 class _FusedLoss(torch.autograd.Function):
@@ -178,7 +185,7 @@ class _FusedLoss(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_loss, _g_logp, _g_ent):
-        if g_loss is not None and not _same_bits(g_loss.float(), torch.ones_like(g_loss, dtype=torch.float32)):
+        if g_loss is not None and not bits_equal(g_loss, torch.ones_like(g_loss)):
             raise ValueError(
                 f"rl_kernel: lm_head_loss computed its gradients in the forward for loss.backward() (an upstream "
                 f"gradient of 1), got {g_loss.item()!r}; put a scale (1 / accumulation steps) inside reduce"
@@ -238,13 +245,6 @@ def _loss_args(logp, ent, inputs) -> list[torch.Tensor]:
 
 def _detached(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach()
-
-
-def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-    return torch.equal(a.contiguous().view(ints), b.contiguous().view(ints))
 
 
 def _check_inputs(tokens, inputs, token_loss, reduce) -> list[torch.Tensor]:
