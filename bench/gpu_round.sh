@@ -29,7 +29,8 @@
 #              files), fhead (fused_head; FHEAD_ARGS its flags, FHEAD_TAG a suffix for its files),
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
 #              RPROF_ARGS its flags), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
-#              its flags, RMODES_TAG a suffix for its files)
+#              its flags, RMODES_TAG a suffix for its files), rproc (rollout_process: stock and the tier side by side
+#              in one process, compiled first; RPROC_ARGS its flags, RPROC_TAG a suffix for its files)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
 # junitparser, liger-kernel and a newer transformers travel as wheels in .whl/ (no network there; `make device-wheels`
@@ -192,6 +193,9 @@ for s in $steps; do
     rmodes) # shellcheck disable=SC2086 # RMODES_ARGS: flags, split on purpose
             step "rollout-modes${RMODES_TAG:-}" python3 -m bench rollout_modes --model "${MODEL:-qwen3-1.7b}" \
               ${RMODES_ARGS:-} --json "$out/rollout_modes${RMODES_TAG:-}.json" ;;
+    rproc) # shellcheck disable=SC2086 # RPROC_ARGS: flags, split on purpose
+           step "rollout-process${RPROC_TAG:-}" python3 -m bench rollout_process --model "${MODEL:-qwen3-1.7b}" \
+             ${RPROC_ARGS:-} --json "$out/rollout_process${RPROC_TAG:-}.json" ;;
     fhead) # shellcheck disable=SC2086 # FHEAD_ARGS: flags, split on purpose
            step "fused-head${FHEAD_TAG:-}" python3 -m bench fused_head ${FHEAD_ARGS:-} \
              --json "$out/fused_head${FHEAD_TAG:-}.json" ;;

@@ -143,6 +143,8 @@ def enable(tier: str = "exact") -> None:
                 for k in keys:
                     library.impl(name, serve if mine or name in EVERY_DEVICE else _refuse(t, name, key), k)
     with _LOCK:
+        if not _STACK:
+            _hold_compiles()
         _STACK.append(_Active(t.name, library))
         mode_norms.serve(t.name)
 
@@ -154,7 +156,29 @@ def disable() -> None:
             raise ModeError("rl_kernel.mode: disable() without an enabled mode")
         top = _STACK.pop()
         mode_norms.serve(_STACK[-1].tier if _STACK else None)
+        if not _STACK:
+            _release_compiles()
     top.library._destroy()
+
+
+# torch.compile under the mode: inductor lowers aten's operators to kernels of its own (its GEMMs, fused reductions),
+# below the dispatcher the mode serves at, so a compiled model would run stock arithmetic, or fail on the served
+# operators' strides (an AssertionError from the compiled code). While a mode is on, compiled functions run eagerly
+# (torch.compiler's force_eager stance): every operator reaches the mode. For a compiled rollout, patch() the model.
+_SAVED_STANCE: list = []
+
+
+def _hold_compiles() -> None:
+    from torch._dynamo import eval_frame
+
+    _SAVED_STANCE.append(eval_frame._stance)
+    torch.compiler.set_stance("force_eager")
+
+
+def _release_compiles() -> None:
+    saved = _SAVED_STANCE.pop()
+    torch.compiler.set_stance(saved.stance, skip_guard_eval_unsafe=saved.skip_guard_eval_unsafe,
+                              force_backend=saved.backend)  # fmt: skip
 
 
 def _embedding_grad(t: tiers.Tier) -> Callable:

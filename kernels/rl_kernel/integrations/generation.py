@@ -74,10 +74,13 @@ def key_mask(
 def static_slots(cache: Any) -> int:
     """A static cache's slot count (every layer's max_cache_len, full attention), 0 for any other cache."""
     layers = getattr(cache, "layers", None)
-    if not layers or not getattr(cache, "is_compileable", False):
+    if not layers or not getattr(cache, "is_compileable", False) or type(layers[0]).__name__ != "StaticLayer":
         return 0
-    sizes = {getattr(layer, "max_cache_len", None) for layer in layers}
-    return sizes.pop() if len(sizes) == 1 and None not in sizes and type(layers[0]).__name__ == "StaticLayer" else 0
+    # Compared, not hashed into a set: under torch.compile a set of the lengths specializes the graph on their value
+    # (a recompile for every new prompt + completion length), a comparison only guards that they are equal.
+    slots = getattr(layers[0], "max_cache_len", None)
+    same = slots is not None and all(getattr(layer, "max_cache_len", None) == slots for layer in layers[1:])
+    return slots if same else 0
 
 
 def _static_length(cache: Any, cache_position: torch.Tensor | None) -> torch.Tensor:

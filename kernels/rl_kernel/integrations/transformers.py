@@ -107,7 +107,9 @@ def _grouped(x: torch.Tensor, linears: tuple[nn.Module, ...], layers: Any) -> tu
     launches_once: configs.toml's linear.group), or one of them is not a plain swapped linear (a hook or an adapter
     must see its own call)."""
     group = getattr(layers.linear, "group", None)
-    if group is None or not group.launches_once(x) or not all(_plain_linear(m) for m in linears):
+    if group is None or compiling():  # traced: each linear's own op (a group saves host time only in eager)
+        return None
+    if not group.launches_once(x) or not all(_plain_linear(m) for m in linears):
         return None
     return group(x, tuple(m.weight for m in linears), tuple(m.bias for m in linears))
 

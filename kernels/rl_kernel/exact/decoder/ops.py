@@ -332,7 +332,22 @@ class _Embedding(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (ids,) = ctx.saved_tensors
-        return None, embedding_grad(ids, grad, ctx.shape, ctx.padding_idx), None
+        return None, _embedding_grad_op(ids, grad.contiguous(), list(ctx.shape), ctx.padding_idx), None
+
+
+# An op of its own for torch.compile: its loop runs once per occurrence rank, a count only the data knows (traced,
+# it would be a graph break, and an error under fullgraph=True).
+@torch.library.custom_op(
+    "rl_kernel_exact::embedding_grad", mutates_args=(), schema="(Tensor ids, Tensor grad, SymInt[] shape, int? "
+    "padding_idx) -> Tensor"
+)  # fmt: skip
+def _embedding_grad_op(ids, grad, shape, padding_idx):
+    return embedding_grad(ids, grad, torch.Size(shape), padding_idx)
+
+
+@_embedding_grad_op.register_fake
+def _(ids, grad, shape, padding_idx):
+    return grad.new_empty(shape)
 
 
 def embedding_grad(ids: torch.Tensor, grad: torch.Tensor, shape: torch.Size, padding_idx: int | None) -> torch.Tensor:

@@ -109,7 +109,22 @@ class _FastRmsNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         x, weight = ctx.saved_tensors
-        return *rms_norm_grads(dy, x, weight, ctx.eps), None
+        return *_rms_norm_grads_op(dy, x, weight, ctx.eps), None
+
+
+# The backward as an op of its own: torch.compile traces the autograd.Function's backward too, and a Triton launch
+# through the tier's kept launch (its configs, its cache) is no graph; the op is one opaque node (fullgraph=True).
+@torch.library.custom_op(
+    "rl_kernel_fast::rms_norm_backward", mutates_args=(),
+    schema="(Tensor dy, Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)",
+)  # fmt: skip
+def _rms_norm_grads_op(dy, x, weight, eps):
+    return rms_norm_grads(dy, x, weight, eps)
+
+
+@_rms_norm_grads_op.register_fake
+def _(dy, x, weight, eps):
+    return torch.empty_like(x), torch.empty_like(weight)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
