@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rl_kernel import mode_norms, tiers
+from rl_kernel import mode_norms, mode_positions, tiers
 from rl_kernel.mode_ops import (
     ModeError,
     index_add,
@@ -405,16 +405,18 @@ class Audit:
     served: Counter = field(default_factory=Counter)
     unserved: Counter = field(default_factory=Counter)
     other: Counter = field(default_factory=Counter)
+    calls: Counter = field(default_factory=Counter)  # above aten: a forward generate() would not compute so
 
     @property
     def covered(self) -> bool:
-        return not self.unserved
+        return not self.unserved and not self.calls
 
     def summary(self) -> str:
         if self.covered:
             return f"mode({self.tier!r}) covers it: {sum(self.served.values())} served calls, none left to stock"
-        named = ", ".join(f"aten::{n} x{c}" for n, c in self.unserved.most_common())
-        return f"mode({self.tier!r}) leaves to stock, batch-variant: {named}"
+        named = [f"aten::{n} x{c}" for n, c in self.unserved.most_common()]
+        named += [f"{n} x{c} ({mode_positions.FIX})" for n, c in self.calls.most_common()]
+        return f"mode({self.tier!r}) leaves to stock, batch-variant: {', '.join(named)}"
 
 
 class _Recorder(TorchDispatchMode):
@@ -460,5 +462,9 @@ def audit(fn: Callable[[], object], tier: str = "exact") -> Audit:
     """Run fn (a forward and backward, say) under mode(tier) and record every aten operator it runs."""
     found = Audit(tiers.get(tier).name)
     with mode(tier), _Recorder(found):
-        fn()
+        mode_positions.RECORDING.append(found.calls)
+        try:
+            fn()
+        finally:
+            mode_positions.RECORDING.pop()
     return found

@@ -1,4 +1,6 @@
-"""The mode's hand-written RMSNorms: a module class whose forward is Llama's RMSNorm, instruction for instruction, is
+"""The mode's classes above aten (and mode_positions' base models, served and restored with them here).
+
+The hand-written RMSNorms: a module class whose forward is Llama's RMSNorm, instruction for instruction, is
 served by the tier's fused `rms_norm` for as long as rl_kernel.mode is on, as patch() serves it.
 
 Why: Hugging Face writes its norms by hand (`pow`, `mean`, `rsqrt`, `mul`, casts), so at the aten level the mode sees
@@ -23,7 +25,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from rl_kernel import tiers
+from rl_kernel import mode_positions, tiers
 
 
 def llama_rms_norm(self, hidden_states: torch.Tensor) -> torch.Tensor:  # transformers' code, verbatim
@@ -73,6 +75,12 @@ def _serve(cls: type, tier: str) -> None:
     cls.forward = _served_forward(tier, _ORIGINAL[cls])
 
 
+def _serve_class(cls: type, tier: str) -> None:
+    """Whatever the mode serves of a class above aten: a Llama-formula norm, a base model's positions."""
+    _serve(cls, tier)
+    mode_positions.serve_class(cls)
+
+
 def _subclasses(root: type) -> set[type]:
     found, todo = set(), [root]
     while todo:
@@ -89,18 +97,19 @@ def serve(tier: str | None) -> None:
     for cls, forward in _ORIGINAL.items():
         cls.forward = forward
     _ORIGINAL.clear()
+    mode_positions.restore()
     if _HOOK in nn.Module.__dict__ and getattr(nn.Module.__dict__[_HOOK], "_rl_kernel_mode_norm", False):
         delattr(nn.Module, _HOOK)
     if tier is None:
         return
     for cls in _subclasses(nn.Module):
-        _serve(cls, tier)
+        _serve_class(cls, tier)
     if _HOOK in nn.Module.__dict__:  # someone else's hook: theirs stays, classes made later keep their own forward
         return
 
     def init_subclass(cls, **kwargs) -> None:
         super(nn.Module, cls).__init_subclass__(**kwargs)
-        _serve(cls, tier)
+        _serve_class(cls, tier)
 
     hook = classmethod(init_subclass)
     hook._rl_kernel_mode_norm = True

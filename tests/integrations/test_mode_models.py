@@ -2,9 +2,10 @@
 for bit, a sequence alone equals it in a padded batch, two runs are equal, and the audit finds nothing left to stock;
 for every architecture of rl_kernel.models (Llama, Qwen2, Qwen3, Mistral, Phi-3, OLMo 2, Qwen3-MoE, Gemma 2, Gemma 3),
 the exact tier on the CPU and, where a GPU is, the exact and fast tiers on it. Stock (no mode) is the negative
-control: its generate() differs from its forward. What cannot be served is refused by name: a sliding window that
-cuts keys, a mixture of experts' grouped GEMM. The architecture table of docs/architecture.md ("The mode") records
-these."""
+control: its generate() differs from its forward. The forward is called both ways trainers call it: without
+position_ids (TRL: the mode derives generate()'s from the mask, rl_kernel.mode_positions) and with the mask's
+(verl). What cannot be served is refused by name: a sliding window that cuts keys, a mixture of experts' grouped
+GEMM. The architecture table of docs/architecture.md ("The mode") records these."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 import rl_kernel
-from rl_kernel import aten_mode, models
+from rl_kernel import aten_mode, mode_positions, models
 from rl_kernel.bitwise import bits_equal, diff
 from rlparity.cell.workloads import model as M
 
@@ -26,21 +27,23 @@ PLACES = [
 ]
 
 
-def logits_both_ways(family: str, dtype: str, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """generate()'s logits for five left-padded prompts, the forward's over the same sequences (positions from the
-    mask, as generate() makes them: the unpatched model takes them as given), and each sequence's forward alone
-    (unpadded); on the CPU."""
+def logits_every_way(family: str, dtype: str, device: str) -> dict[str, torch.Tensor]:
+    """{view: completion logits} on the CPU: generate()'s for five left-padded prompts; the forward's over the same
+    sequences called as TRL's trainers call it (input_ids and the mask, no position_ids) and as verl calls it
+    (position_ids = the mask's 1s so far - 1, padding 0); each sequence's forward alone (unpadded)."""
     model = M.build(family, VOCAB, dtype, 0, device).eval()
     p = M.prompts(5, VOCAB, 0)
     r = M.generate(model, p, NEW, None, device)
-    full = torch.cat([p.mask, torch.ones(p.mask.shape[0], NEW, dtype=p.mask.dtype)], dim=1)
+    full = torch.cat([p.mask, torch.ones(p.mask.shape[0], NEW, dtype=p.mask.dtype)], dim=1).to(device)
     pos = (full.cumsum(-1) - 1).clamp(min=0)
     seqs = r.sequences.to(device)
     with torch.no_grad():
-        forward = model(input_ids=seqs, attention_mask=full.to(device), position_ids=pos.to(device)).logits
-        alone = [model(input_ids=seqs[b : b + 1, full[b].bool().to(device)]).logits for b in range(len(seqs))]
-    alone = torch.cat([a[:, -NEW - 1 : -1] for a in alone])
-    return r.logits, forward[:, -NEW - 1 : -1].float().cpu(), alone.float().cpu()
+        trl = model(input_ids=seqs, attention_mask=full).logits
+        verl = model(input_ids=seqs, attention_mask=full, position_ids=pos).logits
+        alone = [model(input_ids=seqs[b : b + 1, full[b].bool()]).logits for b in range(len(seqs))]
+    views = {"TRL's call": trl, "verl's call": verl, "alone": torch.cat([a[:, -NEW - 1 : -1] for a in alone])}
+    views = {k: v if k == "alone" else v[:, -NEW - 1 : -1] for k, v in views.items()}
+    return {"generate": r.logits} | {k: v.float().cpu() for k, v in views.items()}
 
 
 @pytest.mark.parametrize(("tier", "device", "dtypes"), PLACES)
@@ -48,19 +51,38 @@ def logits_both_ways(family: str, dtype: str, device: str) -> tuple[torch.Tensor
 def test_generate_equals_the_forward_under_the_mode(family: str, tier: str, device: str, dtypes) -> None:
     for dtype in dtypes:
         with rl_kernel.mode(tier):
-            generated, forward, alone = logits_both_ways(family, dtype, device)
-            again = logits_both_ways(family, dtype, device)
+            views = logits_every_way(family, dtype, device)
+            again = logits_every_way(family, dtype, device)
         what = f"{family} {tier} {device} {dtype}"
-        assert bits_equal(generated, forward), f"{what}: {diff(generated, forward).summary()}"
-        assert bits_equal(alone, forward), f"{what}: alone vs batch {diff(alone, forward).summary()}"
-        assert all(bits_equal(a, b) for a, b in zip(again, (generated, forward, alone), strict=True)), what
+        for view, logits in views.items():
+            assert bits_equal(views["generate"], logits), f"{what} {view}: {diff(views['generate'], logits).summary()}"
+            assert bits_equal(again[view], logits), f"{what} {view}: run to run"
 
 
 @pytest.mark.parametrize("family", models.ARCHITECTURES)
 def test_stock_generate_differs_from_its_forward(family: str) -> None:
-    """The negative control: the same comparison without the mode finds differing logits (CPU fp32)."""
-    generated, forward, _ = logits_both_ways(family, "fp32", "cpu")
-    assert not bits_equal(generated, forward), f"{family}: stock generate() == forward: the check could not fail"
+    """The negative control: the same comparison without the mode finds differing logits (CPU fp32), the trainer's
+    call (no position_ids) most of all: its left-padded rows take other rotary positions."""
+    views = logits_every_way(family, "fp32", "cpu")
+    for view in ("TRL's call", "verl's call"):
+        assert not bits_equal(views["generate"], views[view]), f"{family} {view}: stock == generate(): cannot fail"
+
+
+def test_position_ids_that_differ_from_the_mask_are_refused_and_audited() -> None:
+    """Positions that are not the mask's (counted from the first column, as a left-padded batch without the mask's
+    positions would be) raise a ModeError naming the fix, and the audit reports the call; the mask's own positions
+    and no positions at all are covered."""
+    model = models.tiny_model("qwen3", 97, dtype="bf16")
+    ids, mask = models.sequences(3, 8, 4, 97, seed=1)
+    shifted = torch.arange(ids.shape[1]).expand_as(ids)
+    with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="cumsum"):
+        model(input_ids=ids, attention_mask=mask, position_ids=shifted)
+    found = aten_mode.audit(lambda: model(input_ids=ids, attention_mask=mask, position_ids=shifted))
+    assert not found.covered and "position_ids differ" in found.summary(), found.summary()
+    for given in (None, (mask.cumsum(-1) - 1).clamp(min=0)):
+        found = aten_mode.audit(lambda given=given: model(input_ids=ids, attention_mask=mask, position_ids=given))
+        assert found.covered, found.summary()
+    assert not mode_positions.served(type(model.model)), "the base model's forward is restored after the mode"
 
 
 @pytest.mark.parametrize("family", models.ARCHITECTURES)
