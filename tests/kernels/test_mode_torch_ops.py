@@ -120,6 +120,43 @@ def test_topk_breaks_ties_to_the_lower_index() -> None:
     assert lo_i.tolist() == [[3, 0], [0, 1]] and lo_v.tolist() == [[-1.0, 0.5], [3.0, 3.0]]
 
 
+@pytest.mark.parametrize("width", [8, 64, 128, 256])  # routers' expert counts: an unstable sort reorders ties there
+def test_topk_ties_at_a_routers_width_go_to_the_lower_index(width: int, device: str) -> None:
+    """Router logits with many ties (bf16 rounds close logits together; here values from 3 levels): the k picked, and
+    their order, are the lower indices first among equals, on every device (a sort without stable=True picks
+    [54, 108, 30, ...] for [0, 3, 6, ...] on a 128-wide row of the CPU)."""
+    g = torch.Generator().manual_seed(width)
+    x = torch.randint(0, 3, (16, width), generator=g).to(torch.bfloat16).to(device)
+    with M.mode("exact"):
+        v, i = torch.topk(x, 8)
+    for row in range(16):
+        vals = x[row].float().cpu().tolist()
+        want = sorted(range(width), key=lambda j: (-vals[j], j))[:8]  # by value, ties by index: the definition
+        assert i[row].cpu().tolist() == want, f"row {row}: {i[row].tolist()} != {want}"
+        assert v[row].cpu().tolist() == [vals[j] for j in want]
+
+
+def test_the_softmax_backward_of_a_padded_row_is_the_unpadded_rows() -> None:
+    """A row behind masked keys (eager attention's in a left-padded batch): its real keys' gradient has the bits of
+    the same row unpadded, as its forward does (the row's sum over its nonzero terms; the plain tree over the padded
+    row, the control, moves them)."""
+    gen = torch.Generator().manual_seed(6)
+    x, gy = torch.randn(24, 301, generator=gen) * 3, torch.randn(24, 301, generator=gen)
+
+    def grad(rows: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        xg = rows.clone().requires_grad_()
+        with M.mode("exact"):
+            torch.softmax(xg, -1).backward(g)
+        return xg.grad
+
+    padded = grad(torch.cat([torch.full((24, 7), float("-inf")), x], -1), torch.cat([torch.randn(24, 7), gy], -1))
+    same(padded[:, 7:], grad(x, gy), "behind 7 masked keys")
+    y = torch.cat([torch.zeros(24, 7), M.softmax(x)], -1)
+    g = torch.cat([torch.zeros(24, 7), gy], -1)
+    plain = y * (g - M.tree_sum(g * y).unsqueeze(-1))
+    assert not bits_equal(plain[:, 7:], grad(x, gy)), "the padded row's plain tree must differ here"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_index_add_adds_a_rows_slices_in_source_order(dtype) -> None:
     """Row 2 named three times gets ((x + s0) + s3) + s5, one rounding per add, in place and not; every other row
