@@ -16,8 +16,10 @@ row (key_ranges), `rms_norm` (F.rms_norm, nn.RMSNorm) as the tier's fused `rms_n
 embedding's weight gradient (`embedding_dense_backward`) as the tier's fixed-order sum;
 and, in torch's own elementwise operators on every device whatever the tier: `sum` / `mean` as numerics.md section
 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and `index_add` one add at a
-time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree. `_grouped_mm` is
-refused by name. Above the aten level, a hand-written norm whose forward is Llama's RMSNorm word for word (transformers'
+time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree; a mixture of experts'
+`_grouped_mm` (transformers' default experts implementation) as the tier's product per expert
+(mode_ops.grouped_mm: forward, dX and dW, each row the tier's linear whatever rows its expert got).
+Above the aten level, a hand-written norm whose forward is Llama's RMSNorm word for word (transformers'
 Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral, Phi-3) is the tier's fused `rms_norm` too (rl_kernel.mode_norms), as patch()
 serves it. An mm is the tier's `linear` of the second operand's transpose (or the tier's own `mm`, the fast
 tier's: its linear's forward, dX or dW kernel by the operands' layouts), so `F.linear` under the mode gives the tier's
@@ -50,11 +52,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from rl_kernel import mode_norms, mode_positions, tiers
 from rl_kernel.mode_ops import (
     ModeError,
+    grouped_mm,
     index_add,
     index_add_,
+    index_put_server,
     layer_norm,
     layer_norm_backward,
     logsumexp,
+    names_each_once,
     nonzero_sum,
     reduce,
     softmax,
@@ -69,7 +74,8 @@ __all__ = ["SERVED", "Audit", "ModeError", "active", "audit", "disable", "enable
 SERVED = ("mm", "addmm", "bmm", "_log_softmax", "_log_softmax_backward_data", "_softmax", "_softmax_backward_data",
           "scaled_dot_product_attention", "embedding_dense_backward", "sum", "sum.dim_IntList", "mean", "mean.dim",
           "topk", "index_add", "index_add_", "_grouped_mm", "native_layer_norm",
-          "native_layer_norm_backward", "logsumexp", "rms_norm")  # fmt: skip
+          "native_layer_norm_backward", "logsumexp", "rms_norm", "index_put")  # fmt: skip
+WITH_STOCK = {"index_put"}  # served on every device, over the stock kernel for calls with no order to fix
 ABOVE_AUTOGRAD = {"scaled_dot_product_attention", "rms_norm"}  # composites: served with the tier's own autograd
 # Defined in torch's own elementwise operators (the contract's tree, a stable order, one add at a time): any device.
 EVERY_DEVICE = {
@@ -80,7 +86,6 @@ EVERY_DEVICE = {
     "topk",
     "index_add",
     "index_add_",
-    "_grouped_mm",
     "native_layer_norm",
     "native_layer_norm_backward",
     "logsumexp",
@@ -141,7 +146,10 @@ def enable(tier: str = "exact") -> None:
             for name, serve in served.items():
                 keys = (key, f"Autograd{key}") if name in ABOVE_AUTOGRAD else (key,)
                 for k in keys:
-                    library.impl(name, serve if mine or name in EVERY_DEVICE else _refuse(t, name, key), k)
+                    if name in WITH_STOCK:  # a server that leaves some calls to the stock kernel it replaces
+                        library.impl(name, serve(torch.library.get_kernel(f"aten::{name}", k)), k, with_keyset=True)
+                    else:
+                        library.impl(name, serve if mine or name in EVERY_DEVICE else _refuse(t, name, key), k)
     with _LOCK:
         if not _STACK:
             _hold_compiles()
@@ -254,6 +262,13 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
                             f"only a bias over the {b.shape[1]} columns is a linear's")  # fmt: skip
         return product(a, b, bias.contiguous())
 
+    def _grouped_mm(a, b, offs=None, bias=None, out_dtype=None) -> torch.Tensor:
+        check("_grouped_mm", a, b)
+        if bias is not None or out_dtype not in (None, a.dtype):
+            raise ModeError(f"rl_kernel.mode({t.name!r}): aten::_grouped_mm with a bias or out_dtype={out_dtype}: "
+                            "the tier's products take neither (add a bias after, in their dtype)")  # fmt: skip
+        return grouped_mm(a, b, offs, product)
+
     def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check("bmm", a, b)
         if a.shape[0] == 0:
@@ -296,8 +311,8 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
     served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,
               "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
-              "index_add_": index_add_,
-              "_grouped_mm": _grouped_mm_refused(t), "native_layer_norm": layer_norm,
+              "index_add_": index_add_, "index_put": index_put_server,
+              "_grouped_mm": _grouped_mm, "native_layer_norm": layer_norm,
               "native_layer_norm_backward": layer_norm_backward, "logsumexp": logsumexp,
               "scaled_dot_product_attention": _sdpa_server(t, check),
               "rms_norm": _rms_norm_server(t, check),
@@ -309,15 +324,6 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
               }  # fmt: skip
     assert set(served) == set(SERVED)
     return served
-
-
-def _grouped_mm_refused(t: tiers.Tier) -> Callable:
-    def refuse(*_args, **_kwargs):
-        raise ModeError(f"rl_kernel.mode({t.name!r}): aten::_grouped_mm (a mixture of experts' grouped GEMM) is not "
-                        "served yet: run the experts one by one (transformers: experts_implementation='eager'), "
-                        "whose products are the tier's linear")  # fmt: skip
-
-    return refuse
 
 
 # ---- attention: SDPA is a composite above autograd, so it is served at the autograd keys (and the backend keys,
@@ -444,18 +450,9 @@ def _kind(op: str, args: tuple, kwargs: dict, out) -> str:
     float_out = any(isinstance(r, torch.Tensor) and r.is_floating_point() for r in results)
     if op in ACCUMULATING:  # index_put(..., accumulate=True): a scatter-add, exact when it names no element twice
         accumulate = kwargs.get("accumulate", args[3] if len(args) > 3 else False)
-        return "unserved" if floats and accumulate and not _distinct(args[1]) else "other"
+        return "unserved" if floats and accumulate and not names_each_once(args[1]) else "other"
     # A count's cumsum into integers, a sort of integer ids: exact in any order.
     return "unserved" if floats and float_out and BATCH_VARIANT.match(op) else "other"
-
-
-def _distinct(indices) -> bool:
-    """Whether index_put's indices name each element at most once (then each gets one add: no order to fix)."""
-    given = [i for i in indices if i is not None]
-    if not given or any(i.dtype == torch.bool for i in given):
-        return True  # a mask names each element once
-    flat = torch.stack([i.reshape(-1) for i in torch.broadcast_tensors(*given)], dim=1)
-    return torch.unique(flat, dim=0).shape[0] == flat.shape[0]
 
 
 def audit(fn: Callable[[], object], tier: str = "exact") -> Audit:

@@ -5,6 +5,9 @@ index_add one add at a time in source order. rl_kernel.aten_mode registers them 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from rl_kernel import mode_tree
@@ -207,3 +210,75 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
         for d in dims:
             out = out.unsqueeze(d)
     return out.to(out_dtype)
+
+
+# ---- a mixture of experts' grouped GEMM ----------------------------------------------------------------------------
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def group_bounds(offs: torch.Tensor, groups: int, total: int, what: str) -> list[tuple[int, int]]:
+    """[(start, end)] of each group from aten's offs (each group's end, cumulative; one host read), checked."""
+    ends = [int(e) for e in offs.tolist()]
+    if len(ends) != groups or any(b < a for a, b in zip([0, *ends], ends, strict=False)) or (ends and ends[-1] > total):
+        raise ModeError(f"rl_kernel.mode: aten::_grouped_mm with offs {ends[:8]}{'...' if len(ends) > 8 else ''}: "
+                        f"{groups} non-decreasing group ends within the {total} {what} are needed")  # fmt: skip
+    return list(zip([0, *ends[:-1]], ends, strict=True))
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product) -> torch.Tensor:
+    """aten::_grouped_mm as one `product` (the tier's mm) per group, so that every row of a group has the tier's
+    linear bits whatever rows, and however many, its expert received:
+    - a [S, K] (tokens sorted by expert), b [E, K, N], offs [E]: out[rows of g] = a[rows of g] @ b[g] (the experts'
+      forward and, with b transposed, their dX); rows past the last group are zeros;
+    - a [K, S], b [S, N], offs [E]: out [E, K, N], out[g] = a[:, tokens of g] @ b[tokens of g] (their dW, a sum over
+      the group's tokens in token order, the tier's dW chain); an empty group's is zeros;
+    - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g]."""
+    if a.dim() == 2 and b.dim() == 3 and offs is not None:
+        out = a.new_zeros((a.shape[0], b.shape[2]))
+        for g, (s, e) in enumerate(group_bounds(offs, b.shape[0], a.shape[0], "rows")):
+            if e > s:
+                out[s:e] = product(a[s:e], b[g])
+        return out
+    if a.dim() == 2 and b.dim() == 2 and offs is not None:
+        out = a.new_zeros((offs.shape[0], a.shape[0], b.shape[1]))
+        for g, (s, e) in enumerate(group_bounds(offs, offs.shape[0], a.shape[1], "tokens")):
+            if e > s:
+                out[g] = product(a[:, s:e], b[s:e])
+        return out
+    if a.dim() == 3 and b.dim() == 3 and offs is None:
+        return torch.stack([product(a[g], b[g]) for g in range(a.shape[0])]) if a.shape[0] else a.new_empty(
+            (0, a.shape[1], b.shape[2]))  # fmt: skip
+    raise ModeError(f"rl_kernel.mode: aten::_grouped_mm of {a.dim()}-d by {b.dim()}-d operands "
+                    f"{'with' if offs is not None else 'without'} offs is not served (the experts' forward, dX and dW "
+                    "forms are: 2-d x 3-d and 2-d x 2-d with offs, 3-d x 3-d without)")  # fmt: skip
+
+
+# ---- index_put with accumulate: a gather's backward (a mixture of experts' tokens, each picked top-k times) ---------
+def index_put_server(original: Any) -> Callable:
+    """aten::index_put, served with its stock kernel `original` (torch.library.get_kernel's, called with the dispatch
+    key set) for what has no order to fix (accumulate=False, or indices naming each element once); with accumulate
+    and one index over the first dim, index_add_'s one add at a time in source order (torch's CUDA kernel adds
+    duplicates atomically, in any order); any other accumulation over repeated elements is refused by name."""
+
+    def serve(keyset, x, indices, values, accumulate=False):
+        named = [i for i in indices if i is not None]
+        if not accumulate or names_each_once(indices):
+            return original.call_boxed(keyset, x, indices, values, accumulate)
+        if len(indices) == 1 and named and named[0].dim() == 1 and not named[0].dtype.is_floating_point:
+            index = named[0].long()
+            return index_add_(x.clone(), 0, index, values.expand(index.shape[0], *x.shape[1:]))
+        raise ModeError(
+            "rl_kernel.mode: aten::index_put with accumulate=True over repeated elements by "
+            f"{len(indices)} indices: only one index over the first dim is served (index_add's order)"
+        )
+
+    return serve
+
+
+def names_each_once(indices) -> bool:
+    """Whether index_put's indices name each element at most once (then each gets one add: no order to fix)."""
+    given = [i for i in indices if i is not None]
+    if not given or any(i.dtype == torch.bool for i in given):
+        return True  # a mask names each element once
+    flat = torch.stack([i.reshape(-1) for i in torch.broadcast_tensors(*given)], dim=1)
+    return torch.unique(flat, dim=0).shape[0] == flat.shape[0]

@@ -62,10 +62,15 @@ def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: in
         return transformers.Olmo2Config(**common)
     if family == "qwen3_moe":
         return transformers.Qwen3MoeConfig(
-            **common, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=common["hidden_size"],
-            decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True, use_sliding_window=False,
-            experts_implementation="eager",  # the experts one by one: the mode refuses the grouped GEMM by name
-        )  # fmt: skip
+            **common,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=common["hidden_size"],
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            use_sliding_window=False,
+        )  # fmt: skip  (transformers' default experts implementation: the grouped GEMM, aten::_grouped_mm)
     if family == "gemma2":
         return transformers.Gemma2Config(
             **common, sliding_window=window, query_pre_attn_scalar=head_dim, attn_logit_softcapping=50.0,

@@ -4,10 +4,13 @@ for every architecture of rl_kernel.models (Llama, Qwen2, Qwen3, Mistral, Phi-3,
 the exact tier on the CPU and, where a GPU is, the exact and fast tiers on it. Stock (no mode) is the negative
 control: its generate() differs from its forward. The forward is called both ways trainers call it: without
 position_ids (TRL: the mode derives generate()'s from the mask, rl_kernel.mode_positions) and with the mask's
-(verl). What cannot be served is refused by name: a sliding window that cuts keys, a mixture of experts' grouped
-GEMM. The architecture table of docs/architecture.md ("The mode") records these."""
+(verl). Qwen3-MoE runs its experts as transformers' default does, by the grouped GEMM. What cannot be served is
+refused by name: a sliding window that cuts keys. The architecture table of docs/architecture.md ("The mode")
+records these."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -120,23 +123,40 @@ def test_a_window_that_cuts_keys_is_refused_by_name() -> None:
         _forward(model, ids)
 
 
-def test_the_grouped_experts_are_refused_by_name() -> None:
-    """Qwen3-MoE with transformers' grouped GEMM for its experts (its default where torch has one): refused, naming
-    the way to run them that the mode serves."""
+def test_the_grouped_experts_equal_the_experts_one_by_one() -> None:
+    """Qwen3-MoE at transformers' default experts implementation (the grouped GEMM, which the architecture tests run:
+    rl_kernel.models' config leaves it as is) under the mode: its logits and every gradient but the experts' weights
+    equal those of the same weights with the experts run one by one (experts_implementation="eager", each expert's
+    rows a linear), bit for bit, and the experts' weight gradients are equal run to run. Those are each expert's sum
+    over its tokens in the order the grouped path lists them (transformers sorts the tokens by expert), where one by
+    one lists them by top-k slot first: a few sums differ by an ulp, as the order says. Stock's grouped GEMM (the
+    control) gives other logits."""
     import transformers
     from transformers.integrations import moe
 
-    # Both ends of the supported transformers range (5.0.0, 5.24) and torch 2.11 have them: their absence is a failure.
+    # Both ends of the supported transformers range and torch >= 2.9 have them: their absence is a failure.
     assert hasattr(moe, "grouped_mm_experts_forward") and hasattr(torch, "_grouped_mm"), (
         f"transformers {transformers.__version__} / torch {torch.__version__}: no grouped GEMM experts"
     )
-    config = models.tiny_config("qwen3_moe", VOCAB)
-    config._experts_implementation = "grouped_mm"
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
-    ids = torch.randint(1, VOCAB, (2, 6), generator=torch.Generator().manual_seed(0))
-    _forward(model, ids)
-    with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="_grouped_mm"):
-        _forward(model, ids)
+    grouped = models.tiny_model("qwen3_moe", 97, dtype="bf16")
+    assert grouped.config._experts_implementation == "grouped_mm", grouped.config._experts_implementation
+    one_by_one = models.tiny_model("qwen3_moe", 97, dtype="bf16")
+    one_by_one.set_experts_implementation("eager")
+    ids, mask = models.sequences(3, 8, 4, 97, seed=1)
+
+    def step(model, mode: bool) -> list[torch.Tensor]:
+        model.zero_grad()
+        with rl_kernel.mode("exact") if mode else contextlib.nullcontext():
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            logits.float().square().mean().backward()
+        return [logits] + [p.grad for p in model.parameters()]
+
+    a, b = step(grouped, True), step(one_by_one, True)
+    names = ["logits"] + [n for n, _ in grouped.named_parameters()]
+    differ = [n for n, x, y in zip(names, a, b, strict=True) if not bits_equal(x, y)]
+    assert all(".experts." in n for n in differ), differ
+    assert all(bits_equal(x, y) for x, y in zip(step(grouped, True), a, strict=True)), "run to run"
+    assert not bits_equal(step(grouped, False)[0], a[0]), "stock's grouped GEMM must give other logits here"
 
 
 # ---- a model in plain PyTorch (rl_kernel.models.PlainDecoder: an engine's own classes, no transformers) ----------

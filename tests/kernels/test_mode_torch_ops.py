@@ -182,24 +182,60 @@ def test_index_add_adds_a_rows_slices_in_source_order(dtype) -> None:
     assert not bits_equal(want, x.clone().index_add_(0, idx.flip(0), src.flip(0))), "the order must show"
 
 
-def test_the_grouped_gemm_is_refused_by_name() -> None:
+def test_the_grouped_gemm_is_the_tiers_product_per_expert() -> None:
+    """torch._grouped_mm under the mode: each expert's rows are the tier's linear of those rows (a row has the same
+    bits in a group of 1 or of 5); the dW form (2-d x 2-d over the tokens) each expert's product over its tokens in
+    order; 3-d x 3-d each pair's product; stock's grouped GEMM (the control) gives other bits here."""
+    g = torch.Generator().manual_seed(8)
+    a, b = torch.randn(9, 300, generator=g), torch.randn(3, 300, 8, generator=g)
+    offs = torch.tensor([1, 6, 9], dtype=torch.int32)  # groups of 1, 5 and 3 rows
+    with M.mode("exact"):
+        out = torch._grouped_mm(a, b, offs=offs)
+        among5 = torch._grouped_mm(a, b, offs=torch.tensor([5, 6, 9], dtype=torch.int32))
+        dw = torch._grouped_mm(a.t(), out, offs=offs)
+        batched = torch._grouped_mm(a[:6].reshape(3, 2, 300), b)
+    for e, (s, t) in enumerate([(0, 1), (1, 6), (6, 9)]):
+        same(out[s:t], rl_kernel.linear(a[s:t], b[e].t().contiguous()), f"expert {e}'s rows")
+        same(dw[e], rl_kernel.linear(a[s:t].t().contiguous(), out[s:t].t().contiguous()), f"expert {e}'s dW")
+        same(batched[e], rl_kernel.linear(a[2 * e : 2 * e + 2], b[e].t().contiguous()), f"pair {e}")
+    same(among5[:1], out[:1], "row 0 with expert 0: alone, and among 5 rows")
+    assert not bits_equal(out, torch._grouped_mm(a, b, offs=offs)), "the case must tell the tier from stock"
+
+
+def test_the_grouped_gemm_refuses_what_it_cannot_state() -> None:
     a, b = torch.randn(6, 8), torch.randn(2, 8, 4)
-    offs = torch.tensor([3, 6], dtype=torch.int32)
-    with M.mode("exact"), pytest.raises(M.ModeError, match=r"_grouped_mm.*experts_implementation='eager'"):
-        torch._grouped_mm(a, b, offs=offs)
+    with M.mode("exact"):
+        for offs, match in ((torch.tensor([4, 3], dtype=torch.int32), "non-decreasing"),
+                            (torch.tensor([3, 7], dtype=torch.int32), "within the 6 rows")):  # fmt: skip
+            with pytest.raises(M.ModeError, match=match):
+                torch._grouped_mm(a, b, offs=offs)
+        with pytest.raises(M.ModeError, match="3-d by 2-d"):
+            torch._grouped_mm(b, a.t().contiguous(), offs=torch.tensor([4], dtype=torch.int32))
 
 
-def test_the_audit_names_a_scatter_add_that_names_a_row_twice() -> None:
-    """index_put(accumulate=True) over distinct rows is one add per row (exact); over a repeated row it is a sum
-    whose order the mode does not fix: named."""
-    base, vals = torch.zeros(4, 3), torch.ones(3, 3)
-
-    def scatter(rows: list[int]):
-        return lambda: base.index_put((torch.tensor(rows),), vals, accumulate=True)
-
-    assert M.audit(scatter([0, 2, 3])).covered
-    found = M.audit(scatter([0, 2, 0]))
-    assert not found.covered and "index_put" in found.summary()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_scatter_add_over_a_repeated_row_adds_in_source_order(dtype, device: str) -> None:
+    """index_put(accumulate=True) (a gather's backward: a token picked by top-k experts) under the mode: a row named
+    twice gets its values one add at a time in source order (index_add's bits), covered by the audit; over distinct
+    rows the stock kernel (one add each); two index tensors over a repeated element are refused by name. (The CPU's
+    stock kernel adds in source order too; CUDA's sorts the indices and sums a row's values in fp32 before one
+    rounding: the GPU run is where stock's order shows.)"""
+    g = torch.Generator().manual_seed(9)
+    base, vals = (torch.randn(4, 3, generator=g).to(dtype).to(device),
+                  (torch.randn(5, 3, generator=g) * 100).to(dtype).to(device))  # fmt: skip
+    rows = torch.tensor([0, 2, 0, 3, 0], device=device)
+    with M.mode("exact"):
+        got = base.index_put((rows,), vals, accumulate=True)
+        distinct = base.index_put((rows[1:4],), vals[:3], accumulate=True)
+        with pytest.raises(M.ModeError, match="accumulate=True over repeated elements"):
+            base.index_put((rows[:3:2], rows[:3:2]), vals[0, :2], accumulate=True)
+    want = base.clone()
+    for j in range(5):
+        want[rows[j]] = want[rows[j]] + vals[j]
+    same(got, want, "source order")
+    same(distinct, torch.index_put(base, (rows[1:4],), vals[:3], accumulate=True), "distinct rows")
+    assert M.audit(lambda: base.index_put((rows,), vals, accumulate=True)).covered
+    assert not bits_equal(want, base.clone().index_put_((rows.flip(0),), vals.flip(0), accumulate=True)), "order"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
