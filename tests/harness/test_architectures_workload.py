@@ -28,7 +28,7 @@ def test_every_architecture_holds_under_the_mode_and_the_stock_control_differs(t
     gated = [c for c in res.comparisons if not c["informational"]]
     names = " ".join(c["name"] for c in gated)
     for arch in ("llama", "qwen3_moe", "gemma2", "gemma3", "plain"):
-        for view in ("batch, left padded", "each sequence alone"):
+        for view in ("batch, left padded", "batch, left padded, the mask's positions", "each sequence alone"):
             assert f" {arch} generate vs {view}" in names, names
     assert gated and all(c["equal"] for c in gated)
     stock = [c for c in res.comparisons if c["informational"]]

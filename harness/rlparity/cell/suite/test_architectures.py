@@ -1,6 +1,7 @@
 """The architectures workload's suite (rlparity.cell.workloads.architectures): each architecture of rl_kernel.models
 and a decoder in plain PyTorch, unpatched, under rl_kernel.mode(cell's tier) on the cell's device: generate()'s
-logits == the teacher-forced forward's (the batch left padded, each sequence alone), and the mode's audit of a
+logits == the teacher-forced forward's (the batch left padded, called without position_ids as TRL does and with the
+mask's as verl does; each sequence alone), and the mode's audit of a
 training forward and backward leaves nothing batch-variant to stock. The same comparison without the mode is the
 informational control. Every equality is on integer views of the bits."""
 
@@ -44,15 +45,16 @@ def _generate(model, architecture: str, p: M.Prompts, new: int, device) -> tuple
     return r.sequences, r.logits
 
 
-def _scored(model, architecture: str, seqs: list[torch.Tensor], new: int, device) -> torch.Tensor:
-    """One left-padded forward over the sequences with the positions generate() gives them (1s so far - 1): each
+def _scored(model, architecture: str, seqs: list[torch.Tensor], new: int, device, positions: bool) -> torch.Tensor:
+    """One left-padded forward over the sequences, called as a trainer calls it: with the positions generate() gives
+    them (1s so far - 1, as verl passes them) or without (as TRL's trainers call it: the mode derives the same); each
     one's logits at the positions that score its `new` completion tokens, [B, new, V] fp32 on the CPU."""
     ids, mask = (t.to(device) for t in M.padded(seqs, right=False))
+    given = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0)} if positions else {}
     with torch.no_grad():
         if architecture == PLAIN:
-            logits = model(ids, mask)
-        else:
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+            return model(ids, mask)[:, -new - 1 : -1].float().cpu()
+        logits = model(input_ids=ids, attention_mask=mask, **given).logits
     return logits[:, -new - 1 : -1].float().cpu()
 
 
@@ -60,8 +62,9 @@ def _views(model, architecture: str, p: M.Prompts, sequences: torch.Tensor, new:
     width = p.ids.shape[1]
     seqs = [sequences[b, width - p.lengths[b] :] for b in range(sequences.shape[0])]
     return {
-        "batch, left padded": _scored(model, architecture, seqs, new, device),
-        "each sequence alone": torch.cat([_scored(model, architecture, [s], new, device) for s in seqs]),
+        "batch, left padded": _scored(model, architecture, seqs, new, device, positions=False),
+        "batch, left padded, the mask's positions": _scored(model, architecture, seqs, new, device, positions=True),
+        "each sequence alone": torch.cat([_scored(model, architecture, [s], new, device, False) for s in seqs]),
     }
 
 
