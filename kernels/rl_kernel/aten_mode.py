@@ -39,6 +39,7 @@ the model is covered (docs/architecture.md, "The mode").
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import threading
 import warnings
@@ -339,8 +340,13 @@ def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
         if q.dim() != 4:
             raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention on {q.dim()}-d q: the tier "
                             "takes [batch, heads, len, head_dim]")  # fmt: skip
-        q_pos, k_start = key_ranges(q, k, attn_mask, is_causal, t.name)
-        return attention(q, k, v, q_pos, k_start, scale)
+        q_pos, k_start, window = key_ranges(q, k, attn_mask, is_causal, t.name)
+        if not window:
+            return attention(q, k, v, q_pos, k_start, scale)
+        if "window" not in inspect.signature(attention).parameters:
+            raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention with a sliding window of "
+                            f"{window} keys: the {t.name} tier's attention has no window")  # fmt: skip
+        return attention(q, k, v, q_pos, k_start, scale, window=window)
 
     return sdpa
 
@@ -366,15 +372,17 @@ def _rms_norm_server(t: tiers.Tier, check: Callable) -> Callable:
     return serve
 
 
-def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:
-    """SDPA's mask as the tier's attention states it: query row t of sequence b sees keys k_start[b] .. q_pos[b, t].
-    Causal (top-left, as SDPA's is_causal), none (every key) and a boolean or 0/-inf mask of that form (a left
-    padding under a causal mask, the same for every head) are served; any other mask is refused by name."""
+def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[torch.Tensor, torch.Tensor, int]:
+    """SDPA's mask as the tier's attention states it: (q_pos, k_start, window), query row t of sequence b seeing
+    keys max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] (window 0: from k_start[b]). Causal (top-left, as
+    SDPA's is_causal), none (every key) and a boolean or 0/-inf mask of that form (a left padding under a causal
+    mask, a sliding window that cuts keys, the same for every head) are served; any other mask is refused by
+    name."""
     b, tq, s = q.shape[0], q.shape[2], k.shape[2]
     cols = torch.arange(s, device=q.device)
     if attn_mask is None:
         rows = torch.arange(tq, device=q.device) if is_causal else torch.full((tq,), s - 1, device=q.device)
-        return rows.expand(b, tq).contiguous(), torch.zeros(b, dtype=torch.int64, device=q.device)
+        return rows.expand(b, tq).contiguous(), torch.zeros(b, dtype=torch.int64, device=q.device), 0
     if attn_mask.dtype == torch.bool:
         seen = attn_mask
     elif bool(((attn_mask == 0) | (attn_mask == float("-inf"))).all()):
@@ -389,15 +397,26 @@ def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[t
         raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that differs by head")
     seen = seen[:, 0]
     some = seen.any(-1)
-    first = torch.where(seen, cols, s).amin(-1)
+    first = torch.where(seen, cols, s).amin(-1)  # each row's first key
     k_start = torch.where(some, first, s).amin(-1).clamp(max=s - 1)
     q_pos = torch.where(some, torch.where(seen, cols, -1).amax(-1), k_start[:, None] - 1)
-    rebuilt = (cols >= k_start[:, None, None]) & (cols <= q_pos[:, :, None])
+    window = _window(first, q_pos, k_start, some)
+    lo = k_start[:, None] if not window else torch.maximum(k_start[:, None], q_pos - window + 1)
+    rebuilt = (cols >= lo[:, :, None]) & (cols <= q_pos[:, :, None])
     if not torch.equal(rebuilt, seen):
         raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that is not a key range "
-                        "k_start[b] .. q_pos[b, t] per row (packed sequences, sliding windows, bidirectional "
-                        "blocks): the tier's attention cannot state it")  # fmt: skip
-    return q_pos.contiguous(), k_start.contiguous()
+                        "max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] per row (packed sequences, "
+                        "bidirectional blocks): the tier's attention cannot state it")  # fmt: skip
+    return q_pos.contiguous(), k_start.contiguous(), window
+
+
+def _window(first: torch.Tensor, q_pos: torch.Tensor, k_start: torch.Tensor, some: torch.Tensor) -> int:
+    """The sliding window of rows whose first key comes after their sequence's: the keys they see (one count for
+    all of them, or the mask is none the tier states: key_ranges rebuilds it to check), 0 where no row is cut."""
+    cut = some & (first > k_start[:, None])
+    if not bool(cut.any()):
+        return 0
+    return int((q_pos - first + 1)[cut].max())
 
 
 # ---- the audit: what a model still leaves to stock ---------------------------------------------------------

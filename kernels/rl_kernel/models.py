@@ -21,6 +21,7 @@ FAMILIES = ("llama", "qwen2", "qwen3")  # what patch() and the harness's model w
 # Every architecture tiny_config builds: FAMILIES, and those only rl_kernel.mode reaches (docs/architecture.md).
 ARCHITECTURES = (*FAMILIES, "mistral", "phi3", "olmo2", "qwen3_moe", "gemma2", "gemma3")
 PAD = 0
+WINDOW = 6  # the windowed architectures' sliding window: prompts of up to 8 tokens and their completions exceed it
 
 
 def tiny_config(
@@ -48,12 +49,12 @@ def tiny_config(
 
 
 def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: int) -> Any:
-    """The architectures patch() does not know, each with what it adds: Mistral (a sliding window, here wider than
-    any test's sequence, so it cuts no key), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after the
+    """The architectures patch() does not know, each with what it adds: Mistral (a sliding window of WINDOW keys,
+    shorter than the tests' sequences), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after the
     blocks, q/k norms over all heads), Qwen3-MoE (a top-k router and experts whose rows change with the batch),
     Gemma 2 (logit soft-capping in attention and at the head, so eager attention: bmm and softmax; (1 + w) norms,
     alternating windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global)."""
-    window = 4096  # wider than every test's sequence: the window cuts no key (a narrower one is refused by name)
+    window = WINDOW  # shorter than the tests' sequences: the window cuts keys, as at the lengths users train
     if family == "mistral":
         return transformers.MistralConfig(**common, sliding_window=window)
     if family == "phi3":

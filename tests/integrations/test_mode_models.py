@@ -4,8 +4,8 @@ for every architecture of rl_kernel.models (Llama, Qwen2, Qwen3, Mistral, Phi-3,
 the exact tier on the CPU and, where a GPU is, the exact and fast tiers on it. Stock (no mode) is the negative
 control: its generate() differs from its forward. The forward is called both ways trainers call it: without
 position_ids (TRL: the mode derives generate()'s from the mask, rl_kernel.mode_positions) and with the mask's
-(verl). Qwen3-MoE runs its experts as transformers' default does, by the grouped GEMM. What cannot be served is
-refused by name: a sliding window that cuts keys. The architecture table of docs/architecture.md ("The mode")
+(verl). Qwen3-MoE runs its experts as transformers' default does, by the grouped GEMM; Mistral, Gemma 2 and Gemma 3
+with sliding windows shorter than the sequences. The architecture table of docs/architecture.md ("The mode")
 records these."""
 
 from __future__ import annotations
@@ -109,18 +109,22 @@ def _forward(model, ids: torch.Tensor) -> None:
         model(input_ids=ids, attention_mask=torch.ones_like(ids))
 
 
-def test_a_window_that_cuts_keys_is_refused_by_name() -> None:
-    """Mistral with a 4-token window over 12 tokens: each query sees a different key start, which the tier's
-    attention (one key range per sequence) cannot state."""
-    config = models.tiny_config("mistral", VOCAB)
-    config.sliding_window = 4
+def test_the_windows_cut_the_tests_sequences() -> None:
+    """Mistral, Gemma 2 and Gemma 3 run with a sliding window shorter than the sequences above (prompts up to
+    M.MAX_PROMPT tokens and NEW more), so the window cuts keys in prefill and decode; a Mistral forward with the
+    window and without it differ (the window is not vacuous)."""
     import transformers
 
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    for family in ("mistral", "gemma2", "gemma3"):
+        assert models.tiny_config(family, VOCAB).sliding_window < M.MAX_PROMPT + NEW, family
+    model = models.tiny_model("mistral", VOCAB)
+    wide = transformers.AutoModelForCausalLM.from_config(models.tiny_config("mistral", VOCAB)).eval()
+    wide.load_state_dict(model.state_dict())
+    wide.config.sliding_window = None
     ids = torch.randint(1, VOCAB, (2, 12), generator=torch.Generator().manual_seed(0))
-    _forward(model, ids)  # stock runs it
-    with rl_kernel.mode("exact"), pytest.raises(aten_mode.ModeError, match="sliding windows"):
-        _forward(model, ids)
+    with torch.no_grad(), rl_kernel.mode("exact"):
+        cut, full = (m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits for m in (model, wide))
+    assert bits_equal(cut[:, : models.WINDOW], full[:, : models.WINDOW]) and not bits_equal(cut, full)
 
 
 def test_the_grouped_experts_equal_the_experts_one_by_one() -> None:

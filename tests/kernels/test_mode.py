@@ -306,6 +306,27 @@ def test_a_left_padded_causal_mask_is_the_tiers_key_ranges() -> None:
     same(alone, out[2:, :, 7:], "the third sequence alone (unpadded) == in the padded batch")
 
 
+@pytest.mark.parametrize("window", [1, 3, 6])
+def test_a_sliding_window_mask_is_the_tiers_windowed_attention(window: int) -> None:
+    """A left-padded causal mask cut to the last `window` keys of each row (HF's sliding window): the tier's
+    attention with that window; a sequence alone == in the padded batch; a window wider than every row is none."""
+    q, k, v = qkv()
+    t = q.shape[2]
+    pad = torch.tensor([0, 3, 7])
+    cols = torch.arange(t)
+    causal = (cols[None, None, :] <= cols[None, :, None]) & (cols[None, None, :] >= pad[:, None, None])
+    mask = causal & (cols[None, None, :] > cols[None, :, None] - window)
+    with rl_kernel.mode("exact"):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+        alone = F.scaled_dot_product_attention(q[2:, :, 7:], k[2:, :, 7:], v[2:, :, 7:], enable_gqa=True,
+                                               attn_mask=mask[2:, None, 7:, 7:])  # fmt: skip
+    rows = torch.where(cols >= pad[:, None], cols, pad[:, None] - 1)
+    same(out, rl_kernel.attention(q, k, v, rows, pad, window=window), f"window {window}")
+    same(alone, out[2:, :, 7:], "the third sequence alone (unpadded) == in the padded batch")
+    assert not bits_equal(out, rl_kernel.attention(q, k, v, rows, pad)), "the window must cut keys here"
+    assert M.key_ranges(q, k, causal[:, None], False)[2] == 0
+
+
 def test_a_sequence_that_sees_no_key_gets_the_tiers_empty_rows() -> None:
     """A mask row of no key at all (a whole sequence masked): the tier's attention over no key (zeros); the other
     sequences as under a causal mask alone."""
@@ -322,12 +343,12 @@ def test_a_sequence_that_sees_no_key_gets_the_tiers_empty_rows() -> None:
 
 def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
     q, k, v = qkv()
-    window = torch.ones(11, 11, dtype=torch.bool).tril() & ~torch.ones(11, 11, dtype=torch.bool).tril(-4)
+    packed = torch.block_diag(torch.ones(5, 5, dtype=torch.bool), torch.ones(6, 6, dtype=torch.bool)).tril()
     biased = torch.randn(11, 11)
     causal = torch.ones(11, 11, dtype=torch.bool).tril()
     by_head = torch.stack([causal, causal, torch.ones_like(causal), causal])  # head 2 sees every key
     cases = [
-        (dict(attn_mask=window), "not a key range"),  # a sliding window: the first visible key moves with the row
+        (dict(attn_mask=packed), "not a key range"),  # two packed sequences: a row's first key jumps
         (dict(attn_mask=biased), "values other than 0 and -inf"),
         (dict(attn_mask=by_head), "differs by head"),
         (dict(is_causal=True, dropout_p=0.1), "dropout_p=0.1"),
@@ -336,7 +357,7 @@ def test_an_attention_the_tier_cannot_state_is_refused_by_name() -> None:
         for kwargs, words in cases:
             with pytest.raises(M.ModeError, match=words):
                 F.scaled_dot_product_attention(q, k, v, enable_gqa=True, **kwargs)
-    stock = F.scaled_dot_product_attention(q, k, v, attn_mask=window, enable_gqa=True)  # after the mode: stock
+    stock = F.scaled_dot_product_attention(q, k, v, attn_mask=packed, enable_gqa=True)  # after the mode: stock
     assert stock.shape == q.shape
 
 

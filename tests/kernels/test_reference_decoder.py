@@ -361,6 +361,63 @@ def test_attention_backward_decode_rows_equal_reference(dtype: torch.dtype) -> N
     assert (dk[1, :, 1:65] != 0).all()
 
 
+# ---------------------------------------------------------------- sliding windows (11.2)
+WINDOWS = (1, 20, 32, 45)  # one key; shorter, equal to and longer than a tile; the 70-key rows cut by each
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=dname)
+@pytest.mark.parametrize("window", WINDOWS)
+def test_windowed_attention_and_its_backward_equal_reference(window: int, dtype: torch.dtype) -> None:
+    """attention_inputs' cases with a sliding window shorter than the rows: a row sees max(k_start, q - w + 1) .. q,
+    its tiles counted from that first key; output, statistics and (dq, dk, dv) == the transcription's."""
+    q, k, v, q_pos, k_start = attention_inputs(24, dtype, seed=window)
+    out, stats = attention_with_stats(q, k, v, q_pos, k_start, window=window)
+    o_ref, st_ref = reference_attention(q, k, v, q_pos, k_start, window=window)
+    assert_same(cpu_bits(out), o_ref, "output")
+    assert_same(cpu_bits(stats), f32_bits(st_ref), "stats (m, l)")
+    do = rand(tuple(q.shape), dtype, window + 5)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    got = torch.autograd.grad(rl_kernel.attention(*leaves, q_pos, k_start, window=window), leaves, grad_outputs=do)
+    scale = q.shape[-1] ** -0.5
+    o = R.load_bits(o_ref, q.dtype)
+    want = R.attention_backward(widen(do), widen(q), widen(k), widen(v), o, st_ref, q_pos.numpy(), k_start.numpy(),
+                                scale, q.dtype, window=window)  # fmt: skip
+    assert_grads_same(tuple(cpu_bits(g) for g in got), want)
+    unwindowed = cpu_bits(rl_kernel.attention(q, k, v, q_pos, k_start))
+    assert (cpu_bits(out)[0, :, window + 2 :] != unwindowed[0, :, window + 2 :]).any(), "the window must cut keys"
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+def test_a_windowed_decode_row_over_a_cut_cache_equals_its_prefill_row(window: int) -> None:
+    """The row's bits depend on its window's keys only: the last row of a left-padded prefill, the same row as a
+    decode step over the full cache, and over a cache that keeps only the window's keys (as transformers' sliding
+    window layers do) are equal. The control: tiles counted from the sequence's first key (k_start, not the
+    window's) give other bits."""
+    dtype, dh, t = torch.bfloat16, 24, 70
+    q = rand((2, 4, t, dh), dtype, 60 + window, 2.0)
+    k, v = rand((2, 2, t, dh), dtype, 61), rand((2, 2, t, dh), dtype, 62)
+    q_pos, k_start = torch.arange(t).repeat(2, 1), torch.tensor([0, 7])
+    prefill = cpu_bits(rl_kernel.attention(q, k, v, q_pos, k_start, window=window))[:, :, -1]
+    last = torch.tensor([[t - 1], [t - 1]])
+    full = cpu_bits(rl_kernel.attention(q[:, :, -1:], k, v, last, k_start, window=window))[:, :, 0]
+    assert_same(full, prefill, "decode over the full cache")
+    keep = min(window, t - 7)  # the window's keys (fewer where the left padding cuts it)
+    cut = rl_kernel.attention(q[:, :, -1:], k[:, :, -keep:], v[:, :, -keep:], torch.full((2, 1), keep - 1),
+                              torch.tensor([0, max(0, 7 - (t - keep))]), window=window)  # fmt: skip
+    assert_same(cpu_bits(cut)[:, :, 0], prefill, "decode over a cache cut to the window")
+    _, stats = attention_with_stats(q, k, v, q_pos, k_start, window=window)
+    _, st_wrong = reference_attention(q, k, v, q_pos, k_start, window=window, tile_base=np.array([0, 7]))
+    if window > 32:  # a window of one tile or less has one tile whichever key it is counted from
+        assert (f32_bits(st_wrong) != cpu_bits(stats)).any(), "tiles from k_start must differ (the statistics)"
+
+
+def test_a_window_must_be_a_count_of_keys() -> None:
+    q, k, v, q_pos, k_start = attention_inputs(8, torch.float32)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="window must be an int >= 0"):
+            rl_kernel.attention(q, k, v, q_pos, k_start, window=bad)
+
+
 # ---------------------------------------------------------------- negative controls
 
 

@@ -9,7 +9,8 @@ namespace rl {
 
 // ---- attention --------------------------------------------------------------------------------
 // A query row sees the keys j0 .. j1 (inclusive) of its sequence, in tiles of RL_ATTN_TILE keys
-// counted from j0. Per tile: s_u = dot(q, k_u) * scale (one fma_rn chain over d from +0.0);
+// counted from j0, its first key: k_start, or with a sliding window of w keys max(k_start, j1 - w + 1)
+// (attn_first_key). Per tile: s_u = dot(q, k_u) * scale (one fma_rn chain over d from +0.0);
 // mt = max(m, s_0, s_1, ...); alpha = exp_fold(m - mt); l = l * alpha; acc_d = acc_d * alpha; then for
 // u in order: p = exp_fold(s_u - mt); l = l + p; acc_d = fma_rn(p, v_u[d], acc_d). Start m = -FLT_MAX,
 // l = 0, acc = 0; the output is acc_d * rcp_pos(l), the canonical NaN when m is NaN or +inf, and +0.0
@@ -25,6 +26,14 @@ RL_HD float attn_score(const typename D::storage* q, const typename D::storage* 
 }
 
 RL_HD bool attn_bad(float m) { return !(m <= RL_FLT_MAX); }
+
+// A row's first key: the sequence's (k_start), or with a window of w > 0 keys the w-th before its last (j1).
+// Its tiles are counted from it, so a row's bits do not depend on keys it does not see: a prefill row, a
+// decode step over a full cache and one over a cache that keeps only the window all walk the same tiles.
+RL_HD int64_t attn_first_key(int64_t k_start, int64_t j1, int64_t window) {
+  const int64_t w0 = j1 - window + 1;
+  return window > 0 && w0 > k_start ? w0 : k_start;
+}
 
 // The statistics a row leaves (for diagnostics and a backward): m with a zero's sign cleared, and l.
 RL_HD float attn_stat_m(float m) { return canonical(no_neg_zero(m)); }
@@ -145,7 +154,9 @@ template <class D>
 __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
     int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, int group, int qc, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const int64_t* q_pos, const int64_t* k_start,
-    float scale, typename D::storage* o, float* stats) {
+    float scale, int64_t window, typename D::storage* o, float* stats) {
+  // With a window every row has its own first key: the host gives the block one query position (qc = 1), whose
+  // query heads share it.
   extern __shared__ float sm[];
   __shared__ int64_t last_key[RL_ATTN_MAX_WARPS];
   const int warps = group * qc, threads = warps * RL_WARP, w = warp_id(), lane = lane_id();
@@ -162,7 +173,8 @@ __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
   const int64_t row = (b * Hq + kvh * group + gw) * Tq + t;
   const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
   const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
-  const int64_t j0 = k_start[b], j1 = active ? q_pos[b * Tq + t] : j0 - 1;
+  const int64_t j1 = active ? q_pos[b * Tq + t] : k_start[b] - 1;
+  const int64_t j0 = active ? attn_first_key(k_start[b], j1, window) : k_start[b];
   if (active)
     for (int64_t d = lane; d < Dh; d += RL_WARP) qs[d] = D::load(q, row * Dh + d);
   if (lane == 0) last_key[w] = j1;
@@ -253,7 +265,7 @@ template <class D>
 __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dq_kernel(
     int64_t Hq, int64_t Hkv, int64_t group, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
-    const int64_t* k_start, const float* rowg, float scale, typename D::storage* dq) {
+    const int64_t* k_start, const float* rowg, float scale, int64_t window, typename D::storage* dq) {
   const int64_t t = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), h = RL_BLOCK_Y, b = RL_BLOCK_Z;
   if (t >= Tq) return;
   const int lane = lane_id();
@@ -261,7 +273,7 @@ __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dq_kerne
   const typename D::storage* kb = k + (b * Hkv + kvh) * Tk * Dh;
   const typename D::storage* vb = v + (b * Hkv + kvh) * Tk * Dh;
   const RowGrad g = row_grad_at(rowg, row);
-  const int64_t j0 = k_start[b], j1 = q_pos[b * Tq + t];
+  const int64_t j1 = q_pos[b * Tq + t], j0 = attn_first_key(k_start[b], j1, window);
   float acc[RL_ATTN_PER_LANE];
   RL_UNROLL(unroll)
   for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = 0.0f;
@@ -290,7 +302,8 @@ template <class D>
 __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dkv_kernel(
     int64_t Hq, int64_t Hkv, int64_t group, int64_t Tq, int64_t Tk, int64_t Dh, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const typename D::storage* go, const int64_t* q_pos,
-    const int64_t* k_start, const float* rowg, float scale, typename D::storage* dk, typename D::storage* dv) {
+    const int64_t* k_start, const float* rowg, float scale, int64_t window, typename D::storage* dk,
+    typename D::storage* dv) {
   const int64_t j = RL_ROW * RL_ATTN_BWD_WARPS + warp_id(), kvh = RL_BLOCK_Y, b = RL_BLOCK_Z;
   if (j >= Tk) return;
   const int lane = lane_id();
@@ -305,7 +318,8 @@ __global__ void __launch_bounds__(RL_ATTN_BWD_WARPS* RL_WARP) attention_dkv_kern
     const int64_t h = kvh * group + g;
     for (int64_t i0 = 0; i0 < Tq; i0 += RL_WARP) {
       const int64_t i = i0 + lane;
-      const bool mine = i < Tq && j <= q_pos[b * Tq + (i < Tq ? i : 0)];
+      const int64_t qp = q_pos[b * Tq + (i < Tq ? i : 0)];
+      const bool mine = i < Tq && j <= qp && j >= attn_first_key(k_start[b], qp, window);
       const int64_t row = (b * Hq + h) * Tq + i;
       Pair pg{0.0f, 0.0f};
       if (mine) pg = attn_pair_grad<D>(q + row * Dh, go + row * Dh, kj, vj, Dh, scale, row_grad_at(rowg, row));

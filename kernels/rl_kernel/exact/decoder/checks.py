@@ -37,6 +37,13 @@ def invariance_checks(size: int, dtype: torch.dtype, device: torch.device) -> di
     pre = attention(q, k, v, q_pos, k_start)
     step = torch.cat([attention(q[:, :, t : t + 1], k, v, q_pos[:, t : t + 1], k_start) for t in (0, 35, 69)], 2)
     found[f"attention {dev} decode rows == prefill"] = diff(step, pre[:, :, [0, 35, 69]])
+    pre = attention(q, k, v, q_pos, k_start, window=WINDOW)
+    cut = [attention(q[:, :, t : t + 1], k[:, :, t + 1 - WINDOW :], v[:, :, t + 1 - WINDOW :],
+                     torch.full_like(q_pos[:, t : t + 1], WINDOW - 1), (k_start - t - 1 + WINDOW).clamp(min=0),
+                     window=WINDOW) for t in (35, 69)]  # fmt: skip
+    found[f"attention {dev} windowed decode rows over a cut cache == prefill"] = diff(
+        torch.cat(cut, 2), pre[:, :, [35, 69]]
+    )
     model = TinyDecoder(DecoderConfig(qk_norm=size % 2 == 1), dtype, seed=size, device=device)
     ids = torch.randint(0, model.config.vocab, (3, 14), generator=torch.Generator().manual_seed(size)).to(device)
     mask = torch.ones_like(ids)
@@ -149,6 +156,17 @@ def _attention_kv(kv: torch.Tensor, c: Case) -> torch.Tensor:
     return _attention_kv_with(attention, kv, c)
 
 
+WINDOW = 20  # the windowed cases' sliding window: shorter than a tile boundary's distance, cutting most rows
+
+
+def _windowed(q, k, v, q_pos, k_start):
+    return attention(q, k, v, q_pos, k_start, window=WINDOW)
+
+
+def _windowed_stats(q, k, v, q_pos, k_start):
+    return attention_with_stats(q, k, v, q_pos, k_start, window=WINDOW)
+
+
 def _fixed(case_fn):
     """A case function of (size, dtype) for the golden digests (seed 0)."""
 
@@ -176,4 +194,8 @@ SPECS = (
     _spec("attention.grad_q", lambda q, c: attention(q, *c.params), "elem", attention_grad_case),
     _spec("attention.grad_kv", lambda k, c: _attention_kv(k, c), "elem", attention_kv_case),
     _spec("attention.stats", lambda q, c: attention_with_stats(q, *c.params)[1], None, attention_case),
+    _spec("attention.window", lambda q, c: _windowed_stats(q, *c.params)[0], None, attention_case),
+    _spec("attention.window.stats", lambda q, c: _windowed_stats(q, *c.params)[1], None, attention_case),
+    _spec("attention.window.grad_q", lambda q, c: _windowed(q, *c.params), "elem", attention_grad_case),
+    _spec("attention.window.grad_kv", lambda k, c: _attention_kv_with(_windowed, k, c), "elem", attention_kv_case),
 )

@@ -30,18 +30,20 @@ namespace rl {
                                                        const D::storage*, D::storage*, D::storage*);            \
   template __global__ void attention_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int, int,           \
                                                const D::storage*, const D::storage*, const D::storage*,         \
-                                               const int64_t*, const int64_t*, float, D::storage*, float*);     \
+                                               const int64_t*, const int64_t*, float, int64_t, D::storage*,     \
+                                               float*);                                                         \
   template __global__ void attention_row_grad_kernel<D>(int64_t, int64_t, int64_t, const float*, const D::storage*, \
                                                         const D::storage*, float*);                             \
   template __global__ void attention_dq_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,          \
                                                   const D::storage*,                                            \
                                                   const D::storage*, const D::storage*, const D::storage*,      \
-                                                  const int64_t*, const int64_t*, const float*, float, D::storage*); \
+                                                  const int64_t*, const int64_t*, const float*, float, int64_t,  \
+                                                  D::storage*);                                                 \
   template __global__ void attention_dkv_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,         \
                                                    const D::storage*,                                           \
                                                    const D::storage*, const D::storage*, const D::storage*,     \
-                                                   const int64_t*, const int64_t*, const float*, float, D::storage*, \
-                                                   D::storage*);
+                                                   const int64_t*, const int64_t*, const float*, float, int64_t, \
+                                                   D::storage*, D::storage*);
 
 RL_INSTANTIATE_DECODER(F32)
 RL_INSTANTIATE_DECODER(BF16)

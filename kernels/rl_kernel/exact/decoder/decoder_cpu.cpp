@@ -119,14 +119,14 @@ struct CpuExec {
   template <class D>
   static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
                         const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
-                        const int64_t* q_pos, const int64_t* k_start, float scale, typename D::storage* o,
-                        float* stats) {
+                        const int64_t* q_pos, const int64_t* k_start, float scale, int64_t window,
+                        typename D::storage* o, float* stats) {
     for_rows(rows, [&](int64_t row) {
       const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
-      const int64_t kv = (b * Hkv + h / (Hq / Hkv)) * Tk * Dh;
+      const int64_t kv = (b * Hkv + h / (Hq / Hkv)) * Tk * Dh, j1 = q_pos[b * Tq + t];
       std::vector<float> acc(static_cast<size_t>(Dh));
-      attention_row<D>(q + row * Dh, k + kv, v + kv, Dh, k_start[b], q_pos[b * Tq + t], scale, o + row * Dh,
-                       stats + 2 * row, acc.data());
+      attention_row<D>(q + row * Dh, k + kv, v + kv, Dh, attn_first_key(k_start[b], j1, window), j1, scale,
+                       o + row * Dh, stats + 2 * row, acc.data());
     });
   }
 
@@ -135,8 +135,8 @@ struct CpuExec {
                                  const typename D::storage* go, const typename D::storage* q,
                                  const typename D::storage* k, const typename D::storage* v,
                                  const typename D::storage* o, const float* stats, const int64_t* q_pos,
-                                 const int64_t* k_start, float scale, typename D::storage* dq, typename D::storage* dk,
-                                 typename D::storage* dv) {
+                                 const int64_t* k_start, float scale, int64_t window, typename D::storage* dq,
+                                 typename D::storage* dk, typename D::storage* dv) {
     const int64_t rows = B * Hq * Tq, group = Hq / Hkv;
     std::vector<RowGrad> rg(static_cast<size_t>(rows));
     for_rows(rows, [&](int64_t row) { rg[row] = attn_row_grad<D>(stats + 2 * row, o + row * Dh, go + row * Dh, Dh); });
@@ -145,7 +145,8 @@ struct CpuExec {
       const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
       const int64_t kv = (b * Hkv + h / group) * Tk * Dh;
       std::vector<float> acc(static_cast<size_t>(Dh), 0.0f);
-      for (int64_t j = k_start[b]; j <= q_pos[b * Tq + t]; ++j) {
+      const int64_t j1 = q_pos[b * Tq + t];
+      for (int64_t j = attn_first_key(k_start[b], j1, window); j <= j1; ++j) {
         const float ds = attn_pair_grad<D>(q + row * Dh, go + row * Dh, k + kv + j * Dh, v + kv + j * Dh, Dh, scale,
                                            rg[row]).b;
         for (int64_t d = 0; d < Dh; ++d) acc[d] = fma_rn(ds, D::load(k, kv + j * Dh + d), acc[d]);
@@ -158,7 +159,8 @@ struct CpuExec {
       std::vector<float> ak(static_cast<size_t>(Dh), 0.0f), av(static_cast<size_t>(Dh), 0.0f);
       for (int64_t g = 0; g < group && j >= k_start[b]; ++g) {
         for (int64_t i = 0; i < Tq; ++i) {
-          if (j > q_pos[b * Tq + i]) continue;
+          const int64_t qp = q_pos[b * Tq + i];
+          if (j > qp || j < attn_first_key(k_start[b], qp, window)) continue;
           const int64_t row = (b * Hq + kvh * group + g) * Tq + i;
           const Pair pg = attn_pair_grad<D>(q + row * Dh, go + row * Dh, k + kvrow * Dh, v + kvrow * Dh, Dh, scale,
                                             rg[row]);
@@ -187,10 +189,12 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor");
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("silu_mul_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
-  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale) -> (Tensor, Tensor)");
+  m.def(
+      "attention(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window=0) -> "
+      "(Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, Tensor q_pos, "
-      "Tensor k_start, float scale) -> (Tensor, Tensor, Tensor)");
+      "Tensor k_start, float scale, int window=0) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_decoder<rl::CpuExec>(m); }

@@ -112,18 +112,19 @@ struct GpuExec {
   }
 
   // A block per (chunk of qc query positions, KV head, sequence): qc x group warps, at most 8 unless a group
-  // alone is larger (at most 32 query heads per KV head).
+  // alone is larger (at most 32 query heads per KV head). With a window, one query position per block: its rows
+  // share their first key, from which their tiles are counted.
   template <class D>
   static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
                         const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
-                        const int64_t* q_pos, const int64_t* k_start, float scale, typename D::storage* o,
-                        float* stats) {
+                        const int64_t* q_pos, const int64_t* k_start, float scale, int64_t window,
+                        typename D::storage* o, float* stats) {
     if (rows == 0) return;
     const int64_t group = Hq / Hkv, B = rows / (Hq * Tq);
     RL_CHECK(group <= RL_ATTN_MAX_WARPS, "rl_kernel: attention takes at most ", RL_ATTN_MAX_WARPS,
                 " query heads per KV head on the GPU, got ", group);
     RL_CHECK(B <= 65535 && Hkv <= 65535, "rl_kernel: attention takes at most 65535 sequences and KV heads");
-    const int qc = int(group >= 8 ? 1 : 8 / group);
+    const int qc = int(group >= 8 || window > 0 ? 1 : 8 / group);
     const int warps = int(group) * qc;
     const size_t shared = size_t(attn_shared_floats(Dh, warps)) * sizeof(float);
     if (shared > 48 * 1024)
@@ -131,7 +132,7 @@ struct GpuExec {
                                           int(shared)));
     const dim3 grid(blocks_for(Tq, qc, "attention"), unsigned(Hkv), unsigned(B));
     launch_grid(attention_kernel<D>, grid, warps * RL_WARP, shared, Hq, Hkv, Tq, Tk, Dh, int(group), qc, q, k, v,
-                q_pos, k_start, scale, o, stats);
+                q_pos, k_start, scale, window, o, stats);
   }
 
   template <class D>
@@ -139,8 +140,8 @@ struct GpuExec {
                                  const typename D::storage* go, const typename D::storage* q,
                                  const typename D::storage* k, const typename D::storage* v,
                                  const typename D::storage* o, const float* stats, const int64_t* q_pos,
-                                 const int64_t* k_start, float scale, typename D::storage* dq, typename D::storage* dk,
-                                 typename D::storage* dv) {
+                                 const int64_t* k_start, float scale, int64_t window, typename D::storage* dq,
+                                 typename D::storage* dk, typename D::storage* dv) {
     if (B == 0 || Hq == 0) return;
     RL_CHECK(B <= 65535 && Hq <= 65535, "rl_kernel: attention takes at most 65535 sequences and heads");
     at::Tensor rowg = at::empty({B * Hq * Tq * 4}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA));
@@ -148,10 +149,11 @@ struct GpuExec {
     launch_grid(attention_row_grad_kernel<D>, dim3(blocks_for(Tq, 128, "attention"), unsigned(Hq), unsigned(B)), 128,
                 0, Hq, Tq, Dh, stats, o, go, rg);
     launch_grid(attention_dq_kernel<D>, dim3(blocks_for(Tq, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hq), unsigned(B)),
-                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dq);
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, window,
+                dq);
     launch_grid(attention_dkv_kernel<D>, dim3(blocks_for(Tk, RL_ATTN_BWD_WARPS, "attention"), unsigned(Hkv), unsigned(B)),
-                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, dk,
-                dv);
+                RL_ATTN_BWD_WARPS * RL_WARP, 0, Hq, Hkv, Hq / Hkv, Tq, Tk, Dh, q, k, v, go, q_pos, k_start, rg, scale, window,
+                dk, dv);
   }
 };
 

@@ -184,8 +184,10 @@ std::tuple<at::Tensor, at::Tensor> silu_mul_backward_op(const at::Tensor& grad, 
 // where a GPU tensor's values can be read.
 template <class Exec>
 std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                const at::Tensor& q_pos, const at::Tensor& k_start, double scale) {
+                                                const at::Tensor& q_pos, const at::Tensor& k_start, double scale,
+                                                int64_t window) {
   check_float(q, "q");
+  RL_CHECK(window >= 0, "rl_kernel: attention's window must be >= 0 keys (0: none), got ", window);
   check_dim(q, 4, "q ([batch, heads, q_len, head_dim])");
   check_dim(k, 4, "k ([batch, kv_heads, kv_len, head_dim])");
   check_like(k, q, "k", "q");
@@ -212,7 +214,7 @@ std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::T
   dispatch_dtype(q, [&](auto d) {
     using D = decltype(d);
     Exec::template attention<D>(B * Hq * Tq, Hq, Hkv, Tq, Tk, Dh, data_of<D>(qc), data_of<D>(kc), data_of<D>(vc),
-                                qp.const_data_ptr<int64_t>(), ks.const_data_ptr<int64_t>(), float(scale),
+                                qp.const_data_ptr<int64_t>(), ks.const_data_ptr<int64_t>(), float(scale), window,
                                 reinterpret_cast<typename D::storage*>(o.data_ptr()), stats.data_ptr<float>());
   });
   return {o, stats};
@@ -224,8 +226,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_op(const at::T
                                                                      const at::Tensor& k, const at::Tensor& v,
                                                                      const at::Tensor& out, const at::Tensor& stats,
                                                                      const at::Tensor& q_pos,
-                                                                     const at::Tensor& k_start, double scale) {
+                                                                     const at::Tensor& k_start, double scale,
+                                                                     int64_t window) {
   check_like(grad, q, "grad", "q");
+  RL_CHECK(window >= 0, "rl_kernel: attention's window must be >= 0 keys (0: none), got ", window);
   check_like(out, q, "out", "q");
   RL_CHECK(grad.sizes() == q.sizes() && out.sizes() == q.sizes(), "rl_kernel: grad and out must be shaped like q ",
               q.sizes());
@@ -243,7 +247,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_op(const at::T
     Exec::template attention_backward<D>(B, Hq, Hkv, Tq, Tk, Dh, data_of<D>(g), data_of<D>(qc), data_of<D>(kc),
                                          data_of<D>(vc), data_of<D>(oc), st.const_data_ptr<float>(),
                                          qp.const_data_ptr<int64_t>(), ks.const_data_ptr<int64_t>(), float(scale),
-                                         reinterpret_cast<S*>(dq.data_ptr()), reinterpret_cast<S*>(dk.data_ptr()),
+                                         window, reinterpret_cast<S*>(dq.data_ptr()), reinterpret_cast<S*>(dk.data_ptr()),
                                          reinterpret_cast<S*>(dv.data_ptr()));
   });
   return {dq, dk, dv};

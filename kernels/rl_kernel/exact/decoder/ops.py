@@ -73,12 +73,12 @@ def _silu_mul_backward_fake(grad, gate, up):
 
 
 @register_fake("rl_kernel::attention")
-def _attention_fake(q, k, v, q_pos, k_start, scale):
+def _attention_fake(q, k, v, q_pos, k_start, scale, window=0):
     return torch.empty_like(q), q.new_empty((*q.shape[:-1], 2), dtype=torch.float32)
 
 
 @register_fake("rl_kernel::attention_backward")
-def _attention_backward_fake(grad, q, k, v, out, stats, q_pos, k_start, scale):
+def _attention_backward_fake(grad, q, k, v, out, stats, q_pos, k_start, scale, window=0):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -255,17 +255,18 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 # ---- attention ----------------------------------------------------------------------------------
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q_pos, k_start, scale):
-        out, stats = ops.attention(q, k, v, q_pos, k_start, scale)
+    def forward(ctx, q, k, v, q_pos, k_start, scale, window):
+        out, stats = ops.attention(q, k, v, q_pos, k_start, scale, window)
         ctx.save_for_backward(q, k, v, out, stats, q_pos, k_start)
-        ctx.scale = scale
+        ctx.scale, ctx.window = scale, window
         return out
 
     @staticmethod
     def backward(ctx, grad):
         q, k, v, out, stats, q_pos, k_start = ctx.saved_tensors
-        dq, dk, dv = ops.attention_backward(grad.contiguous(), q, k, v, out, stats, q_pos, k_start, ctx.scale)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = ops.attention_backward(grad.contiguous(), q, k, v, out, stats, q_pos, k_start, ctx.scale,
+                                            ctx.window)  # fmt: skip
+        return dq, dk, dv, None, None, None, None
 
 
 def attention(
@@ -277,14 +278,17 @@ def attention(
     scale: float | None = None,
     *,
     validate: bool = True,
+    window: int = 0,
 ) -> torch.Tensor:
     """Causal attention with grouped-query heads, one algorithm for prefill and decode.
 
     q [B, Hq, Tq, D]; k, v [B, Hkv, Tk, D] (the cache); Hq a multiple of Hkv. Query row t of sequence b sees
-    the keys k_start[b] .. q_pos[b, t] (inclusive; none if q_pos < k_start: output +0.0). Keys are taken in
-    tiles of 32 counted from k_start[b] (an online softmax with the contract's exp), so a row's bits do not
-    depend on Tq, on the padding, on the other rows or on how the cache was filled. scale defaults to
-    D^-0.5 (float64, rounded to float32). validate=True checks 0 <= k_start and q_pos < Tk (a host sync).
+    the keys k_start[b] .. q_pos[b, t] (inclusive; none if q_pos < k_start: output +0.0), or with a sliding
+    window of `window` keys (> 0) max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t]. Keys are taken in
+    tiles of 32 counted from the row's first key (an online softmax with the contract's exp), so a row's bits do
+    not depend on Tq, on the padding, on the other rows, on how the cache was filled or on keys the window cuts.
+    scale defaults to D^-0.5 (float64, rounded to float32). validate=True checks 0 <= k_start and q_pos < Tk (a
+    host sync).
     """
     check_logits(q, "q")
     for name, t, dtype in (
@@ -300,12 +304,20 @@ def attention(
         raise ValueError(
             f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}"
         )
+    window = check_window(window)
     if validate and not compiling():
         _check_key_ranges(q_pos, k_start, k.shape[2])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     if not needs_autograd(q, k, v):
-        return ops.attention(q, k, v, q_pos, k_start, scale)[0]
-    return _Attention.apply(q, k, v, q_pos, k_start, scale)
+        return ops.attention(q, k, v, q_pos, k_start, scale, window)[0]
+    return _Attention.apply(q, k, v, q_pos, k_start, scale, window)
+
+
+def check_window(window: object) -> int:
+    """A sliding window's key count: an int >= 0 (0: none); a clear error otherwise."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise ValueError(f"rl_kernel: attention's window must be an int >= 0 keys (0: none), got {window!r}")
+    return window
 
 
 def _check_key_ranges(q_pos: torch.Tensor, k_start: torch.Tensor, kv_len: int) -> None:
@@ -315,10 +327,12 @@ def _check_key_ranges(q_pos: torch.Tensor, k_start: torch.Tensor, kv_len: int) -
         raise ValueError(f"rl_kernel: q_pos {int(q_pos.max())} is past the {kv_len} keys of the cache")
 
 
-def attention_with_stats(q, k, v, q_pos, k_start, scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_with_stats(
+    q, k, v, q_pos, k_start, scale: float | None = None, window: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """attention and each row's final (m, l): the running max and the sum of exps, for diagnostics."""
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return ops.attention(q, k, v, q_pos, k_start, scale)
+    return ops.attention(q, k, v, q_pos, k_start, scale, check_window(window))
 
 
 # ---- embedding ----------------------------------------------------------------------------------

@@ -313,14 +313,20 @@ def attention_scores(q, k, scale: float) -> np.ndarray:
     return acc * F32(scale)
 
 
+def first_key(k_start: np.ndarray, j1: np.ndarray, window: int) -> np.ndarray:
+    """A row's first key (11.2): k_start, or with a window of w > 0 keys max(k_start, j1 - w + 1)."""
+    return np.maximum(k_start, j1 - window + 1) if window > 0 else np.broadcast_to(k_start, np.shape(j1)).copy()
+
+
 @_quiet
 def attention(
-    q, k, v, q_pos, k_start, scale: float, dtype: torch.dtype, tile_base=None
+    q, k, v, q_pos, k_start, scale: float, dtype: torch.dtype, tile_base=None, window: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal GQA attention (11.2): (output bits [B, Hq, Tq, D], stats fp32 [B, Hq, Tq, 2] = (m, l)).
 
-    Row (b, h, t) sees keys j0 = k_start[b] .. j1 = q_pos[b, t]; from m = -FLT_MAX, l = 0, acc = 0 it walks
-    tiles of 32 keys counted from j0: mt = max_nan(m, s_0, ...); alpha = exp_fold(m - mt); l *= alpha;
+    Row (b, h, t) sees keys j0 = k_start[b] (with a window of w > 0 keys, max(k_start[b], j1 - w + 1)) .. j1 =
+    q_pos[b, t]; from m = -FLT_MAX, l = 0, acc = 0 it walks tiles of 32 keys counted from j0:
+    mt = max_nan(m, s_0, ...); alpha = exp_fold(m - mt); l *= alpha;
     acc *= alpha; per key in order p = exp_fold(s_u - mt), l += p, acc_d = fma_rn(p, v_u[d], acc_d); m = mt.
     Output store_out(acc * rcp_pos(l)), canonical NaN if m is NaN or +inf, +0 if j1 < j0; stats
     (no_neg_zero(m), l), canonical. tile_base [B] counts the tiles from another key (a wrong variant).
@@ -336,7 +342,7 @@ def attention(
     def per_row(a: np.ndarray) -> np.ndarray:  # [B] or [B, Tq] -> one value per row (b, h, t)
         return np.broadcast_to(a[:, None, None] if a.ndim == 1 else a[:, None, :], (b_, hq, tq)).reshape(rows)
 
-    j0, j1 = per_row(k_start), per_row(q_pos)
+    j0, j1 = first_key(per_row(k_start), per_row(q_pos), window), per_row(q_pos)
     base = j0 if tile_base is None else per_row(np.asarray(tile_base, dtype=np.int64))
     bh = np.arange(rows) // tq
 
@@ -387,11 +393,13 @@ def attention_backward(
     dtype: torch.dtype,
     row_order: Sequence[int] | None = None,
     split_ds: bool = False,
+    window: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The backward of attention (11.2) from its output o and statistics (m, l): (dq, dk, dv) bits.
 
     Per row: bad = m NaN or +inf; r = 0 if bad else rcp_pos(l); Dr = fma_rn chain over d of dO*O from +0.
-    Per pair (i, j) with k_start[b] <= j <= q_pos[b, i]: s = the forward's score, dp = fma_rn chain over d of
+    Per pair (i, j) with first_key(k_start[b], q_pos[b, i], window) <= j <= q_pos[b, i]: s = the forward's score,
+    dp = fma_rn chain over d of
     dO_i*v_j from +0; p = exp_fold(s - m) * r, dS = p * (dp - Dr) (both canonical NaN if bad).
     dq_i = store_out(acc * scale), acc the chain over the keys j the row sees, ascending, of fma_rn(dS, k_j).
     dk_j = store_out(ak * scale), dv_j = store_out(av): chains from +0 over the query heads g of j's KV head
@@ -407,7 +415,8 @@ def attention_backward(
     kh = k[:, np.arange(hq) // group]
     q_pos, k_start = np.asarray(q_pos, dtype=np.int64), np.asarray(k_start, dtype=np.int64)
     keys = np.arange(tk)
-    sees = (keys[None, None, :] >= k_start[:, None, None]) & (keys[None, None, :] <= q_pos[:, :, None])  # [B, Tq, Tk]
+    first = first_key(k_start[:, None], q_pos, window)  # [B, Tq]
+    sees = (keys[None, None, :] >= first[:, :, None]) & (keys[None, None, :] <= q_pos[:, :, None])  # [B, Tq, Tk]
 
     m = stats[..., 0]
     bad = ~(m <= FLT_MAX)
