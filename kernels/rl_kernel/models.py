@@ -19,7 +19,7 @@ from torch import nn
 # ---- the Hugging Face tiny models --------------------------------------------------------------------
 FAMILIES = ("llama", "qwen2", "qwen3")  # what patch() and the harness's model workload take
 # Every architecture tiny_config builds: FAMILIES, and those only rl_kernel.mode reaches (docs/architecture.md).
-ARCHITECTURES = (*FAMILIES, "mistral", "phi3", "olmo2", "qwen3_moe", "gemma2", "gemma3")
+ARCHITECTURES = (*FAMILIES, "mistral", "phi3", "olmo2", "qwen3_moe", "gemma2", "gemma3", "olmoe", "gpt_oss")
 PAD = 0
 WINDOW = 6  # the windowed architectures' sliding window: prompts of up to 8 tokens and their completions exceed it
 
@@ -53,7 +53,9 @@ def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: in
     shorter than the tests' sequences), Phi-3 (fused qkv and gate/up projections), OLMo 2 (norms after the
     blocks, q/k norms over all heads), Qwen3-MoE (a top-k router and experts whose rows change with the batch),
     Gemma 2 (logit soft-capping in attention and at the head, so eager attention: bmm and softmax; (1 + w) norms,
-    alternating windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global)."""
+    alternating windows), Gemma 3 (q/k norms, local and global rope bases, 5 windowed layers to 1 global), OLMoE
+    (a mixture of experts with q/k norms), GPT-OSS (attention sinks, windows on alternate layers, biased experts).
+    The mixtures of experts keep transformers' default experts implementation (the grouped GEMM)."""
     window = WINDOW  # shorter than the tests' sequences: the window cuts keys, as at the lengths users train
     if family == "mistral":
         return transformers.MistralConfig(**common, sliding_window=window)
@@ -81,6 +83,16 @@ def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: in
         return transformers.Gemma3TextConfig(
             **common, sliding_window=window, query_pre_attn_scalar=head_dim, hidden_activation="gelu_pytorch_tanh",
         )  # fmt: skip
+    if family == "olmoe":
+        return transformers.OlmoeConfig(
+            **common, num_experts=8, num_experts_per_tok=4, norm_topk_prob=False,
+        )  # fmt: skip  (OLMoE: 64 experts top-8 at scale; q/k norms; the default grouped-GEMM experts)
+    if family == "gpt_oss":
+        return transformers.GptOssConfig(
+            **common, num_local_experts=8, num_experts_per_tok=2, sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"] * max(1, common["num_hidden_layers"] // 2),
+            rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+        )  # fmt: skip  (GPT-OSS: attention sinks, windows on alternate layers, experts with biases)
     raise ValueError(f"unknown model family {family!r} (known: {', '.join(ARCHITECTURES)})")
 
 

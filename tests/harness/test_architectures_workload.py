@@ -9,6 +9,7 @@ from importlib.util import find_spec
 
 import pytest
 
+from rl_kernel import models
 from rlparity import results
 
 from harness.scripted import rlparity, show
@@ -27,9 +28,10 @@ def test_every_architecture_holds_under_the_mode_and_the_stock_control_differs(t
     res = results.read(out / "cells" / CELL.replace("/", "__"))
     gated = [c for c in res.comparisons if not c["informational"]]
     names = " ".join(c["name"] for c in gated)
-    for arch in ("llama", "qwen3_moe", "gemma2", "gemma3", "plain"):
+    for arch in ("llama", "qwen3_moe", "gemma2", "gemma3", "olmoe", "gpt_oss", "plain"):
         for view in ("batch, left padded", "batch, left padded, the mask's positions", "each sequence alone"):
             assert f" {arch} generate vs {view}" in names, names
     assert gated and all(c["equal"] for c in gated)
     stock = [c for c in res.comparisons if c["informational"]]
-    assert len(stock) == 10 and not any(c["equal"] for c in stock), [c["name"] for c in stock if c["equal"]]
+    assert len(stock) == len(models.ARCHITECTURES) + 1, [c["name"] for c in stock]  # and the plain decoder
+    assert not any(c["equal"] for c in stock), [c["name"] for c in stock if c["equal"]]
