@@ -22,7 +22,6 @@ from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 5  # test_transformers.py's sizes: the stock model's generate() and forward differ there
 
-WINDOWED_SDPA = ("mistral", "gemma3")  # sliding windows through SDPA (Gemma 2's eager attention: bmm and softmax)
 # (tier, device, dtypes): the fast tier has bf16 / fp16 and a GPU only
 PLACES = [
     pytest.param("exact", "cpu", ("fp32", "bf16"), id="exact-cpu"),
@@ -53,10 +52,6 @@ def logits_every_way(family: str, dtype: str, device: str) -> dict[str, torch.Te
 @pytest.mark.parametrize(("tier", "device", "dtypes"), PLACES)
 @pytest.mark.parametrize("family", models.ARCHITECTURES)
 def test_generate_equals_the_forward_under_the_mode(family: str, tier: str, device: str, dtypes) -> None:
-    if tier == "fast" and family in WINDOWED_SDPA:  # the fast tier's attention has no window yet: refused by name
-        with rl_kernel.mode(tier), pytest.raises(aten_mode.ModeError, match="has no window"):
-            logits_every_way(family, dtypes[0], device)
-        return
     for dtype in dtypes:
         with rl_kernel.mode(tier):
             views = logits_every_way(family, dtype, device)

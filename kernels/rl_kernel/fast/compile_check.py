@@ -253,22 +253,25 @@ def _attention_reports(target: str, dtypes: tuple[str, ...], head_dims: tuple[in
     t = target_config(target)
     out = []
     for dtype in dtypes:
-        for d in head_dims:
-            a = t["attention"][f"d{d}"]
+        for d, windowed in ((d, w) for d in head_dims for w in (False, True)):  # a sliding window: other code
+            a, name = t["attention"][f"d{d}"], "attention.window" if windowed else "attention"
             fwd_tile = {"block_m": a["block_m"], "block_n": a["block_n"], "block_d": d}
-            const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": a["block_m"], "BLOCK_N": a["block_n"]}
+            const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": a["block_m"], "BLOCK_N": a["block_n"],
+                     "ROWS_T": 1 if windowed else a["block_m"] // 2, "WINDOWED": windowed}  # fmt: skip
             fn = attention_kernels._attn_fwd_kernel
             k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a))
-            out.append(scan(k, f"attention.fwd[d{d}]", target, dtype, fwd_tile, {d, a["block_n"]}, True))
+            out.append(scan(k, f"{name}.fwd[d{d}]", target, dtype, fwd_tile, {d, a["block_n"]}, True))
             bm, bn = a["bwd_block_m"], a["bwd_block_n"]
-            const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": bm, "BLOCK_N": bn}
+            const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": bm, "BLOCK_N": bn, "WINDOWED": windowed}
             tile = {"block_m": bm, "block_n": bn, "block_d": d}
             fn = attention_kernels._attn_bwd_dkdv_kernel
             k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a, "bwd_"))
-            out.append(scan(k, f"attention.bwd_dkdv[d{d}]", target, dtype, tile, {d, bm}, True))
+            out.append(scan(k, f"{name}.bwd_dkdv[d{d}]", target, dtype, tile, {d, bm}, True))
             fn = attention_kernels._attn_bwd_dq_kernel
-            k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a, "bwd_"))
-            out.append(scan(k, f"attention.bwd_dq[d{d}]", target, dtype, tile, {d, bn}, True))
+            rows = {"ROWS_T": 1 if windowed else bm // 2}
+            k = _compile(fn, _attn_types(fn, dtype), const | rows, target, _options(t, a, "bwd_"))
+            out.append(scan(k, f"{name}.bwd_dq[d{d}]", target, dtype, tile, {d, bn}, True))
+        for d in head_dims:
             fn = attention_kernels._bwd_delta_kernel
             types = {"o_ptr": _ptr(dtype), "do_ptr": _ptr(dtype), "delta_ptr": "*fp32", "R": "i32"}
             const = {"HEAD_D": d, "BLOCK_D": d, "BLOCK_R": 32}

@@ -23,6 +23,7 @@ import math
 import torch
 
 from rl_kernel._validate import compiling, needs_autograd
+from rl_kernel.exact.decoder.ops import check_window
 from rl_kernel.fast.configs import config_for
 from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.triton_tier import launch, launch_replay, target_of
@@ -44,14 +45,23 @@ LOG2E = 1.4426950408889634
 
 # ---- forward --------------------------------------------------------------------------------------------
 @_jit
-def _rows(pid_m, hkv, Tq, G: tl.constexpr, BLOCK_M: tl.constexpr):
-    """Packed rows of a block: row r is query position pid_m * (BLOCK_M // G) + r // G of head hkv*G + r % G."""
+def _rows(pid_m, hkv, Tq, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr):
+    """Packed rows of a block: row r is query position pid_m * ROWS_T + r // G of head hkv*G + r % G (ROWS_T query
+    positions, at most BLOCK_M // G; one with a sliding window, whose rows then share their first key)."""
     r = tl.arange(0, BLOCK_M)
-    rows_t: tl.constexpr = BLOCK_M // G
-    t = pid_m * rows_t + r // G
+    t = pid_m * ROWS_T + r // G
     h = hkv * G + r % G
-    valid = (r < rows_t * G) & (t < Tq)
+    valid = (r < ROWS_T * G) & (t < Tq)
     return t, h, valid
+
+
+@_jit
+def _first_key(ks, qp, on, window, WINDOWED: tl.constexpr):
+    """The block's first key, from which its tiles are counted: the sequence's (k_start), or with a window the one
+    first key its rows share (one query position per block: max(k_start, q - window + 1))."""
+    if WINDOWED:
+        return tl.max(tl.where(on, tl.maximum(qp - window + 1, ks), ks), 0)
+    return ks
 
 
 @_jit
@@ -128,17 +138,20 @@ def _attn_fwd_kernel(
     sl_b,
     sl_h,
     sp_b,
+    window,
     G: tl.constexpr,
     HEAD_D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    ROWS_T: tl.constexpr,
+    WINDOWED: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
-    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M)
+    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
     t64 = t.to(tl.int64)
     h64 = h.to(tl.int64)
     ks = tl.load(kstart_ptr + b)
@@ -151,10 +164,11 @@ def _attn_fwd_kernel(
         mask=valid[:, None] & d_ok[None, :],
         other=0.0,
     )
-    hi = tl.max(tl.where(on, qp, ks - 1), 0)  # the block's last key
+    base = _first_key(ks, qp, on, window, WINDOWED)  # tiles are counted from it
+    hi = tl.max(tl.where(on, qp, base - 1), 0)  # the block's last key
     lo = tl.min(tl.where(on, qp, 2**62), 0)  # every row sees keys up to lo
-    n_tiles = tl.maximum(hi - ks + BLOCK_N, 0) // BLOCK_N
-    n_full = tl.minimum(tl.maximum(lo - ks + 1, 0) // BLOCK_N, n_tiles)
+    n_tiles = tl.maximum(hi - base + BLOCK_N, 0) // BLOCK_N
+    n_full = tl.minimum(tl.maximum(lo - base + 1, 0) // BLOCK_N, n_tiles)
     k_base = k_ptr + b * sk_b + hkv.to(tl.int64) * sk_h
     v_base = v_ptr + b * sv_b + hkv.to(tl.int64) * sv_h
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -162,12 +176,12 @@ def _attn_fwd_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     for j in range(0, n_full):
         acc, m_i, l_i = _fwd_tile(
-            acc, m_i, l_i, q, k_base, v_base, ks + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
+            acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
             HEAD_D, BLOCK_N, False,
         )  # fmt: skip
     for j in range(n_full, n_tiles):
         acc, m_i, l_i = _fwd_tile(
-            acc, m_i, l_i, q, k_base, v_base, ks + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
+            acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
             HEAD_D, BLOCK_N, True,
         )  # fmt: skip
     l_safe = tl.where(on, l_i, 1.0)
@@ -214,13 +228,16 @@ def _attn_bwd_dkdv_kernel(
     Hkv,
     Hq,
     sp_b,
+    window,
     G: tl.constexpr,
     HEAD_D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    WINDOWED: tl.constexpr,
 ):
-    """One key tile (counted from k_start) of one KV head; query blocks (all G heads packed) in order.
+    """One key tile (counted from k_start) of one KV head; query blocks (all G heads packed) in order; with a window a
+    row sees keys from max(k_start, q - window + 1) only.
     q, do [B, Hq, Tq, D], k, v, dk, dv [B, Hkv, Tk, D], lse, delta [B, Hq, Tq]: all contiguous."""
     pid_n = tl.program_id(0)
     pid_bh = tl.program_id(1)
@@ -241,11 +258,13 @@ def _attn_bwd_dkdv_kernel(
         dv = tl.zeros((BLOCK_N, BLOCK_D), tl.float32)
         rows_t: tl.constexpr = BLOCK_M // G
         for mb in range(0, tl.cdiv(Tq, rows_t)):
-            t, h, valid = _rows(mb, hkv, Tq, G, BLOCK_M)
+            t, h, valid = _rows(mb, hkv, Tq, G, BLOCK_M, rows_t)
             t64 = t.to(tl.int64)
             qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
             on = valid & (qp >= ks)
-            if tl.max(tl.where(on, qp, -1), 0) >= k0:  # a block that sees none of these keys adds nothing
+            first = tl.maximum(qp - window + 1, ks) if WINDOWED else ks + tl.zeros_like(qp)
+            # a block that sees none of these keys adds nothing
+            if (tl.max(tl.where(on, qp, -1), 0) >= k0) & (tl.min(tl.where(on, first, 2**62), 0) < k0 + BLOCK_N):
                 row = (b * Hq + h.to(tl.int64)) * Tq + t64
                 qd_ptrs = row[:, None] * HEAD_D + offs_d[None, :]
                 qd_mask = valid[:, None] & d_ok[None, :]
@@ -254,6 +273,7 @@ def _attn_bwd_dkdv_kernel(
                 lse = tl.load(lse_ptr + row, mask=valid, other=0.0)
                 delta = tl.load(delta_ptr + row, mask=valid, other=0.0)
                 seen = on[:, None] & (kidx[None, :] <= qp[:, None]) & (kidx[None, :] < Tk)
+                seen = seen & (kidx[None, :] >= first[:, None])
                 s = tl.dot(q, tl.trans(k)) * qk_scale
                 p = tl.where(seen, tl.math.exp2(s - lse[:, None]), 0.0)
                 dv = tl.dot(tl.trans(p.to(do.dtype)), do, dv)
@@ -282,18 +302,21 @@ def _attn_bwd_dq_kernel(
     Hkv,
     Hq,
     sp_b,
+    window,
     G: tl.constexpr,
     HEAD_D: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    ROWS_T: tl.constexpr,
+    WINDOWED: tl.constexpr,
 ):
-    """One packed query block of one KV head; its key tiles from k_start in order (all contiguous)."""
+    """One packed query block of one KV head; its key tiles from its first key in order (all contiguous)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
-    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M)
+    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
     t64 = t.to(tl.int64)
     ks = tl.load(kstart_ptr + b)
     qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
@@ -307,12 +330,13 @@ def _attn_bwd_dq_kernel(
     do = tl.load(do_ptr + qd_ptrs, mask=qd_mask, other=0.0)
     lse = tl.load(lse_ptr + row, mask=valid, other=0.0)
     delta = tl.load(delta_ptr + row, mask=valid, other=0.0)
-    hi = tl.max(tl.where(on, qp, ks - 1), 0)
-    n_tiles = tl.maximum(hi - ks + BLOCK_N, 0) // BLOCK_N
+    base = _first_key(ks, qp, on, window, WINDOWED)
+    hi = tl.max(tl.where(on, qp, base - 1), 0)
+    n_tiles = tl.maximum(hi - base + BLOCK_N, 0) // BLOCK_N
     kv_off = (b * Hkv + hkv) * Tk * HEAD_D
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     for j in range(0, n_tiles):
-        kidx = ks + j * BLOCK_N + tl.arange(0, BLOCK_N)
+        kidx = base + j * BLOCK_N + tl.arange(0, BLOCK_N)
         kv_ptrs = kv_off + kidx.to(tl.int64)[:, None] * HEAD_D + offs_d[None, :]
         kv_mask = (kidx[:, None] < Tk) & (kidx[:, None] <= hi) & d_ok[None, :]
         k = tl.load(k_ptr + kv_ptrs, mask=kv_mask, other=0.0)
@@ -340,13 +364,16 @@ def _check_group(hq: int, hkv: int, block_m: int) -> int:
     return g
 
 
-def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None):
+def forward(
+    q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None, window: int = 0
+):
     """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
     cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
-    plan: the call's plan key (fast.decoder.plan; the pinned config's calls only)."""
+    plan: the call's plan key (fast.decoder.plan; the pinned config's calls only); window: a sliding window of that
+    many keys (0: none), each block then one query position (its rows' tiles counted from their first key)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
-    if cfg is not None:
+    if cfg is not None or window:
         plan = None
     cfg = _cfg(q, cfg)
     g = _check_group(hq, hkv, cfg["block_m"])
@@ -354,12 +381,14 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
     lse = torch.empty((bsz, hq, tq), dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return out, lse.zero_()
-    grid = (triton.cdiv(tq, cfg["block_m"] // g), bsz * hkv)
+    rows_t = 1 if window else cfg["block_m"] // g
+    grid = (triton.cdiv(tq, rows_t), bsz * hkv)
     replay = (launch if plan is None else launch_replay)(
         _attn_fwd_kernel, grid, *forward_operands(q, k, v, q_pos, k_start, out, lse), scale * LOG2E, tq, tk, hkv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *lse.stride()[:2], q_pos.stride(0),
-        G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
+        window, G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
+        ROWS_T=rows_t, WINDOWED=window > 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **cfg["launch"],
     )  # fmt: skip
     if plan is not None and replay is not None:  # None: a launch that cannot be replayed
         plans.keep_attention(plan, replay.taking(_fresh_positions()), forward_operands)
@@ -381,7 +410,7 @@ def _fresh_positions() -> tuple[int, ...]:
     return tuple(names.index(n) - names.index("qk_scale") for n in _FRESH)
 
 
-def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | None = None):
+def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | None = None, window: int = 0):
     """(dq, dk, dv): deterministic (fixed loops, one writer per element, no atomics)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
@@ -401,10 +430,12 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
         _bwd_delta_kernel, (triton.cdiv(rows, 32),), out, dout, delta, rows, HEAD_D=d, BLOCK_D=cfg["block_d"],
         BLOCK_R=32, num_warps=4, **cfg["launch"],
     )  # fmt: skip
-    common = dict(G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=bm, BLOCK_N=bn, **options)
-    args = (q_pos, k_start, scale * LOG2E, scale, tq, tk, hkv, hq, q_pos.stride(0))
+    common = dict(G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=bm, BLOCK_N=bn, WINDOWED=window > 0, **options)
+    args = (q_pos, k_start, scale * LOG2E, scale, tq, tk, hkv, hq, q_pos.stride(0), window)
     launch(_attn_bwd_dkdv_kernel, (triton.cdiv(tk, bn), bsz * hkv), q, k, v, dout, lse, delta, dk, dv, *args, **common)
-    launch(_attn_bwd_dq_kernel, (triton.cdiv(tq, bm // g), bsz * hkv), q, k, v, dout, lse, delta, dq, *args, **common)
+    rows_t = 1 if window else bm // g
+    launch(_attn_bwd_dq_kernel, (triton.cdiv(tq, rows_t), bsz * hkv), q, k, v, dout, lse, delta, dq, *args,
+           ROWS_T=rows_t, **common)  # fmt: skip
     return dq, dk, dv
 
 
@@ -412,14 +443,14 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
 @torch.library.custom_op(
     "rl_kernel_fast::attention",
     mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale) -> (Tensor, Tensor)",
+    schema="(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window) -> (Tensor, Tensor)",
 )
-def _attention_op(q, k, v, q_pos, k_start, scale):
-    return forward(q, k, v, q_pos, k_start, scale)
+def _attention_op(q, k, v, q_pos, k_start, scale, window):
+    return forward(q, k, v, q_pos, k_start, scale, window=window)
 
 
 @_attention_op.register_fake
-def _(q, k, v, q_pos, k_start, scale):
+def _(q, k, v, q_pos, k_start, scale, window):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -427,35 +458,38 @@ def _(q, k, v, q_pos, k_start, scale):
     "rl_kernel_fast::attention_backward",
     mutates_args=(),
     schema="(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_start, "
-    "float scale) -> (Tensor, Tensor, Tensor)",
+    "float scale, int window) -> (Tensor, Tensor, Tensor)",
 )
-def _attention_backward_op(grad, q, k, v, out, lse, q_pos, k_start, scale):
-    return backward(grad, q, k, v, out, lse, q_pos, k_start, scale)
+def _attention_backward_op(grad, q, k, v, out, lse, q_pos, k_start, scale, window):
+    return backward(grad, q, k, v, out, lse, q_pos, k_start, scale, window=window)
 
 
 @_attention_backward_op.register_fake
-def _(grad, q, k, v, out, lse, q_pos, k_start, scale):
+def _(grad, q, k, v, out, lse, q_pos, k_start, scale, window):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, q_pos, k_start, scale = inputs
+    q, k, v, q_pos, k_start, scale, window = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, q_pos, k_start)
-    ctx.scale = scale
+    ctx.scale, ctx.window = scale, window
 
 
 def _backward(ctx, grad_out, _grad_lse):
     q, k, v, out, lse, q_pos, k_start = ctx.saved_tensors
-    dq, dk, dv = _attention_backward_op(grad_out.contiguous(), q, k, v, out, lse, q_pos, k_start, ctx.scale)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = _attention_backward_op(grad_out.contiguous(), q, k, v, out, lse, q_pos, k_start, ctx.scale,
+                                        ctx.window)  # fmt: skip
+    return dq, dk, dv, None, None, None, None
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---- the public entry -----------------------------------------------------------------------------------
-def attention(q, k, v, q_pos, k_start, scale: float | None = None, *, validate: bool = True) -> torch.Tensor:
+def attention(
+    q, k, v, q_pos, k_start, scale: float | None = None, *, validate: bool = True, window: int = 0
+) -> torch.Tensor:
     """rl_kernel.fast.attention after its device/dtype checks: shapes and key ranges, then the kernels."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(
@@ -481,6 +515,7 @@ def attention(q, k, v, q_pos, k_start, scale: float | None = None, *, validate: 
             raise ValueError(f"rl_kernel.fast.attention: k_start must be >= 0, got {int(k_start.min())}")
         if q_pos.numel() and int(q_pos.max()) >= k.shape[2]:
             raise ValueError(f"rl_kernel.fast.attention: q_pos {int(q_pos.max())} is past the {k.shape[2]} keys")
+    window = check_window(window)
     scale = d**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"rl_kernel.fast.attention: scale must be finite, got {scale}")
@@ -489,6 +524,6 @@ def attention(q, k, v, q_pos, k_start, scale: float | None = None, *, validate: 
     q_pos, k_start = q_pos.contiguous(), k_start.contiguous()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if not needs_autograd(q, k, v):
-        plan = None if validate else plans.attention_key(q, k, v, q_pos, k_start, scale)  # a decode step's
-        return forward(q, k, v, q_pos, k_start, scale, plan=plan)[0]
-    return _attention_op(q, k, v, q_pos, k_start, scale)[0]
+        plan = None if validate or window else plans.attention_key(q, k, v, q_pos, k_start, scale)  # a decode step's
+        return forward(q, k, v, q_pos, k_start, scale, plan=plan, window=window)[0]
+    return _attention_op(q, k, v, q_pos, k_start, scale, window)[0]
