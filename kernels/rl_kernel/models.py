@@ -85,11 +85,17 @@ def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: in
         )  # fmt: skip
     if family == "olmoe":
         return transformers.OlmoeConfig(
-            **common, num_experts=8, num_experts_per_tok=4, norm_topk_prob=False,
+            **common,
+            num_experts=8,
+            num_experts_per_tok=4,
+            norm_topk_prob=False,
         )  # fmt: skip  (OLMoE: 64 experts top-8 at scale; q/k norms; the default grouped-GEMM experts)
     if family == "gpt_oss":
         return transformers.GptOssConfig(
-            **common, num_local_experts=8, num_experts_per_tok=2, sliding_window=WINDOW,
+            **common,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            sliding_window=WINDOW,
             layer_types=["sliding_attention", "full_attention"] * max(1, common["num_hidden_layers"] // 2),
             rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
         )  # fmt: skip  (GPT-OSS: attention sinks, windows on alternate layers, experts with biases)

@@ -364,9 +364,7 @@ def _check_group(hq: int, hkv: int, block_m: int) -> int:
     return g
 
 
-def forward(
-    q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None, window: int = 0
-):
+def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None, window: int = 0):
     """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
     cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
     plan: the call's plan key (fast.decoder.plan; the pinned config's calls only); window: a sliding window of that
