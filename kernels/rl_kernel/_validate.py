@@ -116,3 +116,13 @@ def check_token_range(tokens: torch.Tensor, vocab: int, ignore_index: int) -> No
             f"rl_kernel: token id {int(tokens[first])} at index {first} is outside the vocabulary "
             f"[0, {vocab}) and is not ignore_index={ignore_index}"
         )
+
+
+def group_bounds(offs: torch.Tensor, groups: int, total: int, what: str, where: str) -> list[tuple[int, int]]:
+    """[(start, end)] of each group of a grouped GEMM from aten's offs (each group's end, cumulative; one host read):
+    a ValueError naming `where` unless there are `groups` non-decreasing ends within `total` `what`."""
+    ends = [int(e) for e in offs.tolist()]
+    if len(ends) != groups or any(b < a for a, b in zip([0, *ends], ends, strict=False)) or (ends and ends[-1] > total):
+        raise ValueError(f"{where} with offs {ends[:8]}{'...' if len(ends) > 8 else ''}: {groups} non-decreasing "
+                         f"group ends within the {total} {what} are needed")  # fmt: skip
+    return list(zip([0, *ends[:-1]], ends, strict=True))

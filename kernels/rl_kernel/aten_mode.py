@@ -242,6 +242,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
     # A tier with its own `mm` picks the linear's forward / dX / dW kernel by the operands' layouts (the fast
     # tier: patch's bits, no transposed copies); else every product is the tier's linear of b's transpose.
     own_mm = t.op("mm") if "mm" in t.all_operators() else None
+    own_grouped = t.op("grouped_mm") if "grouped_mm" in t.all_operators() else None  # every expert in one launch
 
     def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():  # below autograd: aten's own formulas differentiate the product
@@ -268,7 +269,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
         if bias is not None or out_dtype not in (None, a.dtype):
             raise ModeError(f"rl_kernel.mode({t.name!r}): aten::_grouped_mm with a bias or out_dtype={out_dtype}: "
                             "the tier's products take neither (add a bias after, in their dtype)")  # fmt: skip
-        return grouped_mm(a, b, offs, product)
+        return grouped_mm(a, b, offs, product, own_grouped)
 
     def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check("bmm", a, b)

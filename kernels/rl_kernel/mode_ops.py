@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rl_kernel import mode_tree
+from rl_kernel import _validate, mode_tree
 
 
 class ModeError(ValueError):
@@ -217,23 +217,28 @@ Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def group_bounds(offs: torch.Tensor, groups: int, total: int, what: str) -> list[tuple[int, int]]:
-    """[(start, end)] of each group from aten's offs (each group's end, cumulative; one host read), checked."""
-    ends = [int(e) for e in offs.tolist()]
-    if len(ends) != groups or any(b < a for a, b in zip([0, *ends], ends, strict=False)) or (ends and ends[-1] > total):
-        raise ModeError(f"rl_kernel.mode: aten::_grouped_mm with offs {ends[:8]}{'...' if len(ends) > 8 else ''}: "
-                        f"{groups} non-decreasing group ends within the {total} {what} are needed")  # fmt: skip
-    return list(zip([0, *ends[:-1]], ends, strict=True))
+    """[(start, end)] of each group from aten's offs, checked (a ModeError naming the problem)."""
+    try:
+        return _validate.group_bounds(offs, groups, total, what, "rl_kernel.mode: aten::_grouped_mm")
+    except ValueError as exc:
+        raise ModeError(str(exc)) from None
 
 
-def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product) -> torch.Tensor:
+def grouped_mm(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product, grouped: Callable | None = None
+) -> torch.Tensor:
     """aten::_grouped_mm as one `product` (the tier's mm) per group, so that every row of a group has the tier's
-    linear bits whatever rows, and however many, its expert received:
+    linear bits whatever rows, and however many, its expert received (`grouped`: the tier's own grouped GEMM for the
+    first form, one launch with the per-group products' bits, where it has one):
     - a [S, K] (tokens sorted by expert), b [E, K, N], offs [E]: out[rows of g] = a[rows of g] @ b[g] (the experts'
       forward and, with b transposed, their dX); rows past the last group are zeros;
     - a [K, S], b [S, N], offs [E]: out [E, K, N], out[g] = a[:, tokens of g] @ b[tokens of g] (their dW, a sum over
       the group's tokens in token order, the tier's dW chain); an empty group's is zeros;
     - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g]."""
     if a.dim() == 2 and b.dim() == 3 and offs is not None:
+        if grouped is not None:
+            group_bounds(offs, b.shape[0], a.shape[0], "rows")  # the mode's error for bad offs
+            return grouped(a, b, offs)
         out = a.new_zeros((a.shape[0], b.shape[2]))
         for g, (s, e) in enumerate(group_bounds(offs, b.shape[0], a.shape[0], "rows")):
             if e > s:

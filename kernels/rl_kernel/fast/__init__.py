@@ -19,13 +19,14 @@ import torch
 
 from rl_kernel.fast.decoder import attention as attention_kernels
 from rl_kernel.fast.decoder import group as group_kernels
+from rl_kernel.fast.decoder import grouped as grouped_kernels
 from rl_kernel.fast.decoder import linear as linear_kernels
 from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.norm import rms_norm
 from rl_kernel.triton_tier import check_tensors, require_triton
 
 TIER = "fast"
-OPERATORS = ("attention", "linear", "mm", "rms_norm")
+OPERATORS = ("attention", "grouped_mm", "linear", "mm", "rms_norm")
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -73,6 +74,19 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return linear_kernels.mm(a, b, bias)
 
 
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """A mixture of experts' grouped GEMM (aten::_grouped_mm's 2-d x 3-d form) in one launch: a [S, K] tokens sorted
+    by expert, b [E, K, N], offs [E] each expert's end row; out[rows of g] = a[rows of g] @ b[g], each row the bits
+    of rl_kernel.fast.mm of its expert's rows (grouped_kernels). No autograd of its own (the mode serves it below
+    autograd: aten's formulas differentiate it)."""
+    check_tensors(TIER, "grouped_mm", a=a, b=b)
+    if a.dim() != 2 or b.dim() != 3 or a.shape[1] != b.shape[1] or offs.dim() != 1:
+        raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K], b [E, K, N], offs [E], got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)}, {tuple(offs.shape)}")  # fmt: skip
+    require_triton(TIER)
+    return grouped_kernels.grouped_mm(a, b, offs)
+
+
 def attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -105,6 +119,8 @@ __all__ = [
     "attention",
     "attention_kernels",
     "group_kernels",
+    "grouped_kernels",
+    "grouped_mm",
     "linear",
     "linear_group",
     "linear_kernels",

@@ -1,0 +1,78 @@
+"""The fast tier's grouped GEMM: a mixture of experts' products, every expert's rows in one launch, each row with the
+bits the fast linear gives it alone (rl_kernel.fast.mm of that expert's rows).
+
+    out[rows of g] = a[rows of g] @ b[g]      a [S, K] (tokens sorted by expert), b [E, K, N], offs [E] (group ends)
+
+Why a row's bits depend on nothing but the row and its expert's weight: the K loop is fast.decoder.linear's (the
+pointer tile, ascending in steps of the BLOCK_K that config_for pins for (N, K), one dot per step, fp32 from +0,
+rounded once), and a tile's rows never meet: how many rows an expert received, where its group starts, which tile
+shape covers them change no row. The form is the one fast.mm would pick for one expert's product (mm_form: b[g] the
+transpose of a row-major [N, K] weight is the forward, "linear"'s configs; b[g] row-major is dX, "linear_dx"'s), so
+these bits are the per-expert loop's. The experts' dW (a sum over each expert's tokens) stays a product per expert:
+the fast dW kernel's fixed order over the tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rl_kernel._validate import group_bounds
+from rl_kernel.fast.configs import config_for
+from rl_kernel.fast.decoder.linear import _jit, _pointer_tile, _store_tile, mm_form, tl, triton
+from rl_kernel.triton_tier import launch, target_of
+
+WHERE = "rl_kernel.fast.grouped_mm"
+
+
+@_jit(do_not_specialize=["tiles"])
+def _grouped_gemm_kernel(
+    a_ptr, b_ptr, c_ptr, tile_group_ptr, tile_row_ptr, group_start_ptr, group_rows_ptr, tiles, N, K, stride_am,
+    stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Program (i, j): row tile i of the host's table (its expert g, its first row within g's group), column tile j.
+    C[rows of g] = A[rows of g] @ B[g] with _pointer_tile's K loop."""
+    pid = tl.program_id(0)
+    g = tl.load(tile_group_ptr + pid).to(tl.int64)
+    first = tl.load(tile_row_ptr + pid)
+    start = tl.load(group_start_ptr + g).to(tl.int64)
+    rows = tl.load(group_rows_ptr + g)
+    offs_m = first + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = _pointer_tile(a_ptr + start * stride_am, b_ptr + g * stride_bg, acc, offs_m, offs_n, rows, N, K, stride_am,
+                        stride_ak, stride_bk, stride_bn, EVEN_K, BLOCK_K)  # fmt: skip
+    _store_tile(acc, c_ptr + start * stride_cm, c_ptr, offs_m, offs_n, rows, N, stride_cm, 1, False, False)
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """out [S, N]: each expert's rows of a [S, K] times its b[g] [K, N] (offs: each group's end), one launch; rows past
+    the last group are zeros. The bits of fast.mm(a[rows of g], b[g]) for every g."""
+    s, k = a.shape
+    e, _, n = b.shape
+    out = a.new_zeros((s, n))
+    spans = [(g, lo, hi) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "rows", WHERE)) if hi > lo]
+    if not spans or n == 0:
+        return out
+    if k == 0:
+        return out
+    form = "linear" if mm_form(a, b[0]) == "forward" else "linear_dx"
+    cfg = config_for(form, target_of(a.device), m=max(hi - lo for _, lo, hi in spans), n=n, k=k)
+    bm, bn = cfg["block_m"], cfg["block_n"]
+    table = [(g, r) for g, lo, hi in spans for r in range(0, hi - lo, bm)]
+    ints = torch.tensor(
+        [[g for g, _ in table], [r for _, r in table]], dtype=torch.int32
+    ).to(a.device)  # fmt: skip
+    starts = torch.tensor([0] * e, dtype=torch.int64)
+    rows = torch.zeros(e, dtype=torch.int32)
+    for g, lo, hi in spans:
+        starts[g], rows[g] = lo, hi - lo
+    starts, rows = starts.to(a.device), rows.to(a.device)
+    a = a if a.stride(1) == 1 else a.contiguous()
+    launch(
+        _grouped_gemm_kernel, (len(table), triton.cdiv(n, bn)), a, b, out, ints[0], ints[1], starts, rows,
+        len(table), n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0),
+        EVEN_K=k % cfg["block_k"] == 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **cfg["launch"],
+    )  # fmt: skip
+    return out
