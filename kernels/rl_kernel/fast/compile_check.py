@@ -24,7 +24,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl_kernel.fast import attention_kernels, group_kernels, linear_kernels
+from rl_kernel.fast import attention_kernels, group_kernels, grouped_kernels, linear_kernels
 from rl_kernel.fast.configs import configs, target_config
 
 try:
@@ -200,6 +200,17 @@ def compile_gemm_group(target: str, dtype: str, tile: dict, options: dict):
     return _compile(fn, types, const, target, options)
 
 
+def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict):
+    """The grouped GEMM (a mixture of experts' products, every expert in one launch), the forward's strides (a
+    weight's transpose: unit stride over k)."""
+    fn = grouped_kernels._grouped_gemm_kernel
+    types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
+    types |= {"tile_group_ptr": "*i32", "tile_row_ptr": "*i32", "group_start_ptr": "*i64", "group_rows_ptr": "*i32"}
+    const = {"stride_ak": 1, "stride_bk": 1, "EVEN_K": True, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
+             "BLOCK_K": tile["block_k"]}  # fmt: skip
+    return _compile(fn, types, const, target, options)
+
+
 def _options(t: dict, tile: dict, prefix: str = "") -> dict:
     return {"num_warps": tile[prefix + "num_warps"], "num_stages": tile[prefix + "num_stages"], **t["launch"]}
 
@@ -218,6 +229,9 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
                 if kind == "fwd" and not tile.get("tma"):  # forward_group_2d's launches (pointer buckets)
                     k = compile_gemm_group(target, dtype, tile, _options(t, tile))
                     out.append(scan(k, f"linear.group[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                if kind == "fwd":  # grouped_mm's launches take any bucket's tile (the pointer kernel's K loop)
+                    k = compile_grouped_gemm(target, dtype, tile, _options(t, tile))
+                    out.append(scan(k, f"linear.grouped[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
         for chain in (False, True):
             k = compile_gemm(target, dtype, "dw", dw, _options(t, dw), chain=chain)
