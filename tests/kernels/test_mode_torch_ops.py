@@ -89,20 +89,22 @@ def test_softmax_sums_a_rows_nonzero_terms_whatever_masks_them_first(dtype) -> N
     assert not bits_equal(plain, M.softmax(x.float())), "the padded row's plain tree must differ here"
 
 
+def softmax_grad(rows: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The gradient of torch.softmax over the last dim under mode("exact"), for upstream g."""
+    xg = rows.clone().requires_grad_()
+    with M.mode("exact"):
+        torch.softmax(xg, -1).backward(g)
+    return xg.grad
+
+
 def test_softmax_backward_is_the_trees_row_sum() -> None:
     """y * (g - sum(g * y)) with the row's sum of nonzero terms by the contract's tree: a row alone == in the batch,
     and near float64; a torch.sum in its place (another order) is told apart."""
     gen = torch.Generator().manual_seed(4)
     x, gy = torch.randn(40, 523, generator=gen) * 3, torch.randn(40, 523, generator=gen)
 
-    def grad(rows: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        xg = rows.clone().requires_grad_()
-        with M.mode("exact"):
-            torch.softmax(xg, -1).backward(g)
-        return xg.grad
-
-    full = grad(x, gy)
-    same(grad(x[5:6], gy[5:6]), full[5:6], "row 5 alone")
+    full = softmax_grad(x, gy)
+    same(softmax_grad(x[5:6], gy[5:6]), full[5:6], "row 5 alone")
     y = M.softmax(x)
     same(full, y * (gy - M.nonzero_sum(gy * y).unsqueeze(-1)), "the definition")
     assert not bits_equal(full, y * (gy - (gy * y).sum(-1, keepdim=True))), "a plain torch.sum must differ here"
@@ -142,19 +144,13 @@ def test_the_softmax_backward_of_a_padded_row_is_the_unpadded_rows() -> None:
     row, the control, moves them)."""
     gen = torch.Generator().manual_seed(6)
     x, gy = torch.randn(24, 301, generator=gen) * 3, torch.randn(24, 301, generator=gen)
-
-    def grad(rows: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        xg = rows.clone().requires_grad_()
-        with M.mode("exact"):
-            torch.softmax(xg, -1).backward(g)
-        return xg.grad
-
-    padded = grad(torch.cat([torch.full((24, 7), float("-inf")), x], -1), torch.cat([torch.randn(24, 7), gy], -1))
-    same(padded[:, 7:], grad(x, gy), "behind 7 masked keys")
+    masked, upstream = torch.full((24, 7), float("-inf")), torch.randn(24, 7, generator=gen)
+    padded = softmax_grad(torch.cat([masked, x], -1), torch.cat([upstream, gy], -1))
+    same(padded[:, 7:], softmax_grad(x, gy), "behind 7 masked keys")
     y = torch.cat([torch.zeros(24, 7), M.softmax(x)], -1)
     g = torch.cat([torch.zeros(24, 7), gy], -1)
     plain = y * (g - M.tree_sum(g * y).unsqueeze(-1))
-    assert not bits_equal(plain[:, 7:], grad(x, gy)), "the padded row's plain tree must differ here"
+    assert not bits_equal(plain[:, 7:], softmax_grad(x, gy)), "the padded row's plain tree must differ here"
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
