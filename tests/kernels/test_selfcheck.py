@@ -49,9 +49,10 @@ def test_counts_are_split_by_kind(no_gpu, tmp_path) -> None:
     for case in json.loads(out_json.read_text())["cases"]:
         kinds = case["by_kind"]
         assert set(kinds) == set(selfcheck.KINDS) and sum(kinds.values()) == case["checks"]
-        # batch/order: softmax's two (a row alone, the reversed batch) and the decoder's three (linear's row
-        # alone, attention's decode rows, the tiny decoder's rollout), size 257 being one of the decoder's.
-        assert kinds["cpu_vs_gpu"] == 0 and kinds["run_to_run"] > 0 and kinds["batch"] == 2 + 3
+        # batch/order: softmax's two (a row alone, the reversed batch) and the decoder's four (linear's row
+        # alone, attention's decode rows, its windowed decode rows over a cut cache, the tiny decoder's rollout),
+        # size 257 being one of the decoder's.
+        assert kinds["cpu_vs_gpu"] == 0 and kinds["run_to_run"] > 0 and kinds["batch"] == 2 + 4
 
 
 def test_kind_of_each_check_name() -> None:
