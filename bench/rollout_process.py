@@ -1,7 +1,7 @@
 """Rollout in a user's process: stock and a patched copy of the same weights side by side, stock compiled first.
 
     python -m bench rollout_process [--model qwen3-1.7b] [--tier fast] [--prompts 32,128,512] [--new 128,256]
-                                    [--fullgraph off,on] [--modes compiled,eager] [--reps 2] [--json out.json]
+                                    [--fullgraph off,on] [--modes compiled,eager,batched] [--reps 2] [--json out.json]
 
 What bench rollout_modes measures one model at a time (patched, then unpatched, torch.compiler.reset() between), this
 measures as a trainer's process holds them: two models of one class in one process, never reset, each compiled
@@ -24,16 +24,16 @@ import transformers
 from torch._dynamo.utils import counters
 
 from bench import environment, model_shapes, parser, rollout, timing
-from bench.rollout_modes import bits, warmup_tokens
+from bench.rollout_modes import BATCHED, batched_bits, bits, generate_batched, warmup_tokens
 from rl_kernel.integrations import transformers as hf
 
-MODES = ("compiled", "eager")
+MODES = ("compiled", "eager", BATCHED)  # batched: transformers' continuous batching (generate_batch)
 
 
 def compile_kwargs(mode: str, fullgraph: bool) -> dict:
     """generate()'s arguments of a mode: compiled, the static cache with an explicit CompileConfig (on the CPU it must
     ask to compile: _compile_all_devices); eager, none."""
-    if mode == "eager":
+    if mode in ("eager", BATCHED):
         return {}
     if mode != "compiled":
         raise ValueError(f"unknown mode {mode!r} (modes: {', '.join(MODES)})")
@@ -54,6 +54,8 @@ def timed(model, ids: torch.Tensor, mask: torch.Tensor, new: int, reps: int, mod
     graphs, breaks = dynamo_counts()
 
     def call(n: int = new) -> object:
+        if mode == BATCHED:
+            return generate_batched(model, ids, mask, n)
         return rollout.generate(model, ids, mask, n, keep_logits=False, **kwargs)
 
     call(warmup_tokens(mode, new, None))
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__)
     ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
     ap.add_argument("--tier", default="fast")
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default="compiled,eager")
     ap.add_argument("--prompts", default="32,128,512")
     ap.add_argument("--new", default="128,256")
     ap.add_argument("--fullgraph", default="off,on")
@@ -103,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
                 record["runs"].append(row)
     if args.check_at:
         ids, mask = rollout.prompts(args.check_at, 64, 256, shape.vocab, seed=args.check_at)
-        for mode in MODES:  # rollout_modes' generate() arguments: the compiled one takes transformers' CompileConfig
-            record[f"{mode} bits"] = found = bits(tiered, ids, mask, args.check_new, mode)
+        for mode in args.modes:  # rollout_modes' generate() arguments: compiled takes transformers' CompileConfig
+            check = batched_bits if mode == BATCHED else lambda *a, mode=mode: bits(*a, mode)
+            record[f"{mode} bits"] = found = check(tiered, ids, mask, args.check_new)
             print(f"{args.tier} {mode}: logits differing from the forward at {args.check_at} prompts: {found}")
     record["dynamo"] = dict(zip(("graphs", "breaks"), dynamo_counts(), strict=True))
     table(record, args.tier)

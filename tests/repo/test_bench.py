@@ -175,6 +175,27 @@ def test_rollout_modes_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     assert record["exact"]["batched bits"]["tokens not the forward's argmax"] == 0
 
 
+@pytest.mark.slow
+def test_rollout_process_runs_on_the_cpu_with_its_counts_and_checks(tmp_path: Path) -> None:
+    """rollout_process at the tiny shape (stock and an exact-tier copy in one process, stock compiled first): every
+    run counts its graphs and breaks (one graph per model for the first compiled shape, none for fullgraph on: the
+    first's serve it; no break), the tier's bits equal the forward's in each mode checked, and a ratio per row."""
+    out = tmp_path / "process.json"
+    res = run_bench("rollout_process", "--model", "tiny", "--tier", "exact", "--modes", "compiled,eager,batched",
+                    "--prompts", "3", "--new", "4", "--reps", "1", "--check-at", "2", "--check-new", "4", "--json",
+                    str(out))  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    runs = {(r["mode"], r["fullgraph"]): r for r in record["runs"]}
+    assert set(runs) == {("compiled", False), ("compiled", True), ("eager", False), ("batched", False)}
+    assert runs["compiled", False]["stock"]["graphs"] == runs["compiled", False]["exact"]["graphs"] == 1
+    assert runs["compiled", True]["exact"]["graphs"] == 0 and record["dynamo"]["breaks"] == 0
+    assert all(r["ratio"] > 0 for r in record["runs"])
+    for mode in ("compiled", "eager", "batched"):
+        bits = record[f"{mode} bits"]
+        assert bits["batch, left padded"] == bits["each sequence alone"] == 0 < bits["elements"], (mode, bits)
+
+
 def test_rollout_modes_warms_up_the_compiled_mode_at_the_timed_length_and_the_others_briefly() -> None:
     from bench.rollout_modes import warmup_tokens
 
