@@ -125,9 +125,11 @@ def test_no_replay_where_tensors_do_not_lead_are_misaligned_or_hooked(kernel: Ke
     assert len(kernel.triton_launches) + len(kernel.compiled.runs) == 3  # each still launched
 
 
-# Ints Triton types and specializes differently (native_specialize_impl): each class boundary on both sides.
-INTS = (0, 1, 2, 15, 16, 17, 32, 33, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 1, -(2**31), -(2**31) - 1,
-        -(2**31) - 16, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, -(2**63), 2**64 - 16, 2**64 - 1)  # fmt: skip
+# Ints Triton types and specializes differently (native_specialize_impl): each class boundary on both sides, and
+# multiples of 8 that are not of 16 (a class keyed on % 8 would merge them with the multiples of 16).
+INTS = (0, 1, 2, 8, 15, 16, 17, 24, 32, 33, -1, -8, -16, -17, 2**31 - 16, 2**31 - 8, 2**31 - 1, 2**31, 2**31 + 1,
+        -(2**31), -(2**31) - 1, -(2**31) - 16, 2**63 - 16, 2**63 - 1, 2**63, 2**63 + 16, -(2**63), 2**64 - 16,
+        2**64 - 1)  # fmt: skip
 
 
 def test_int_class_is_at_least_as_fine_as_tritons_specialization() -> None:
