@@ -20,6 +20,28 @@ def test_interpreter_group() -> None:
     assert not failed(found), failed(found)
 
 
+@pytest.mark.slow
+def test_interpreter_group_of_equal_widths() -> None:
+    """Three linears of one width, grouping forced on: each output in its place, by its bits (a process of its own:
+    with unequal widths an output swapped with another is written past its buffer, a crash rather than a check)."""
+    found = interpret(__file__, "equal")
+    assert len(found) == 1 and not failed(found), failed(found)
+
+
+def _check_equal_widths() -> dict[str, bool]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 8, 168, generator=g).bfloat16()
+    ws = tuple((torch.randn(64, 168, generator=g) * 0.2).bfloat16() for _ in range(3))
+    real = fast.group_kernels.grouped_launches
+    fast.group_kernels.grouped_launches = lambda target: True
+    try:
+        ys = fast.linear_group(x, ws, (None,) * 3)
+    finally:
+        fast.group_kernels.grouped_launches = real
+    return {"group of 3 equal widths: each output in its place (bits)": all(
+        bits_equal(y, fast.linear(x, w)) for y, w in zip(ys, ws, strict=True))}  # fmt: skip
+
+
 def _check_group() -> dict[str, bool]:
     """linear_group (a decode step's q/k/v or gate/up): on a target that groups its launches, one launch of the group
     kernel for decode rows with the bits of the separate linears (a K tail and three K steps, N not a multiple of
@@ -84,4 +106,4 @@ def _check_group() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    serve({"group": _check_group})
+    serve({"group": _check_group, "equal": _check_equal_widths})
