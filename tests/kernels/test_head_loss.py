@@ -230,3 +230,25 @@ def _refusals(h, w, tok, old, adv, mask) -> dict[str, bool]:
 
 if __name__ == "__main__":
     serve({"chain": _check_chain, "loss": _check_loss})
+
+
+class _Steps:
+    """HeadGemms' dw_rows alone: a dW K step of `step` rows."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def dw_rows(self, device) -> int:
+        return self.step
+
+
+@pytest.mark.parametrize("step", [1, 16, 64])
+def test_row_blocks_cut_on_dws_k_step(step: int) -> None:
+    """The fused loss's row blocks start at multiples of dW's K step (its chained dW continues the walk only there:
+    a block cut elsewhere moves the fp32 dWeight sums, which the bf16 rounding mostly hides), and hold at most
+    BLOCK_ELEMENTS logits unless one step is more."""
+    for n in (1, step, step + 1, 1000, 8192, 12345):
+        for cols in (7, 1024, 151936):
+            rows = head_loss._block_rows(_Steps(step), n, cols, torch.device("cpu"))
+            assert rows % step == 0 and rows >= step, (n, cols, rows)
+            assert rows * cols <= max(head_loss.BLOCK_ELEMENTS, step * cols), (n, cols, rows)
