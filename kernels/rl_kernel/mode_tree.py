@@ -16,19 +16,9 @@ from __future__ import annotations
 
 import torch
 
+from rl_kernel._triton import jit as _jit  # where Triton is missing, tree_sum falls back to torch's adds (mode_ops)
+from rl_kernel._triton import tl, triton
 from rl_kernel.triton_tier import interpreting, launch
-
-try:
-    import triton
-    import triton.language as tl
-
-    _jit = triton.jit
-except ImportError:  # tree_sum falls back to torch's adds (mode_ops) where Triton is missing
-    triton = tl = None
-
-    def _jit(fn=None, **_kw):
-        return fn if fn is not None else (lambda f: f)
-
 
 GROUP_LEVELS = 6  # levels of the tree per pass: a program reduces G = 64 elements of the axis
 BLOCK = 64  # independent sums (rows of the last-dim case, columns of the first-dim case) per program

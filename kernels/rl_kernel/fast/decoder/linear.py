@@ -18,22 +18,17 @@ import functools
 
 import torch
 
+from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
+from rl_kernel._triton import tl, triton
 from rl_kernel._validate import needs_autograd
 from rl_kernel.fast.configs import config_for
 from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.triton_tier import launch, launch_replay, target_of
 
-try:
-    import triton
-    import triton.language as tl
+if triton is not None:
     from triton.tools.tensor_descriptor import TensorDescriptor
-
-    _jit = triton.jit
-except ImportError:  # rl_kernel.fast reports the missing Triton when a kernel is called
-    triton = tl = TensorDescriptor = None
-
-    def _jit(fn=None, **_kw):
-        return fn if fn is not None else (lambda f: f)
+else:
+    TensorDescriptor = None
 
 
 # ---- kernels --------------------------------------------------------------------------------------

@@ -17,21 +17,11 @@ from __future__ import annotations
 
 import torch
 
+from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
+from rl_kernel._triton import tl, triton
 from rl_kernel.exact.decoder.ops import rms_norm as exact_rms_norm
 from rl_kernel.fast.decoder.linear import colsum, launch_options
 from rl_kernel.triton_tier import check_tensors, launch, require_triton
-
-try:
-    import triton
-    import triton.language as tl
-
-    _jit = triton.jit
-except ImportError:  # rl_kernel.fast reports the missing Triton when a kernel is called
-    triton = tl = None
-
-    def _jit(fn=None, **_kw):
-        return fn if fn is not None else (lambda f: f)
-
 
 ROWS_PER_BLOCK = 16  # rows per program: dw's partials are blocks of this many rows (a fixed split for each M)
 
