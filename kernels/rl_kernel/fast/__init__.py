@@ -25,7 +25,7 @@ from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.norm import rms_norm
 from rl_kernel.triton_tier import check_tensors, require_triton
 
-TIER = "fast"
+NAME = "fast"  # the name its errors give (the descriptor, fast.tier.TIER, is the Tier)
 OPERATORS = ("attention", "grouped_mm", "linear", "mm", "rms_norm")
 
 
@@ -36,8 +36,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     planned = plans.run(x, (weight,), (bias,))  # a layout checked and launched before, no gradient (a decode step)
     if planned is not None:
         return planned[0]
-    check_tensors(TIER, "linear", x=x, weight=weight, bias=bias)
-    require_triton(TIER)
+    check_tensors(NAME, "linear", x=x, weight=weight, bias=bias)
+    require_triton(NAME)
     return linear_kernels.linear(x, weight, bias)
 
 
@@ -51,9 +51,9 @@ def linear_group(
     planned = plans.run(x, weights, biases)
     if planned is not None:
         return planned
-    check_tensors(TIER, "linear", x=x, **{f"weight{i}": w for i, w in enumerate(weights)},
+    check_tensors(NAME, "linear", x=x, **{f"weight{i}": w for i, w in enumerate(weights)},
                   **{f"bias{i}": b for i, b in enumerate(biases)})  # fmt: skip
-    require_triton(TIER)
+    require_triton(NAME)
     return group_kernels.linear_group(x, weights, biases)
 
 
@@ -65,12 +65,12 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
     """a [M, K] @ b [K, N] (+ bias [N]) for rl_kernel.mode: the fast linear's forward, dX or dW kernel, chosen by the
     operands' layouts (linear_kernels.mm_form), so the products autograd makes of F.linear have fast.linear's bits.
     No autograd of its own (the mode serves it below autograd)."""
-    check_tensors(TIER, "mm", a=a, b=b, bias=bias)
+    check_tensors(NAME, "mm", a=a, b=b, bias=bias)
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"rl_kernel.fast.mm: a [M, K] @ b [K, N], got {tuple(a.shape)} @ {tuple(b.shape)}")
     if bias is not None and tuple(bias.shape) != (b.shape[1],):
         raise ValueError(f"rl_kernel.fast.mm: bias must be [{b.shape[1]}], got {tuple(bias.shape)}")
-    require_triton(TIER)
+    require_triton(NAME)
     return linear_kernels.mm(a, b, bias)
 
 
@@ -79,11 +79,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Te
     by expert, b [E, K, N], offs [E] each expert's end row; out[rows of g] = a[rows of g] @ b[g], each row the bits
     of rl_kernel.fast.mm of its expert's rows (grouped_kernels). No autograd of its own (the mode serves it below
     autograd: aten's formulas differentiate it)."""
-    check_tensors(TIER, "grouped_mm", a=a, b=b)
+    check_tensors(NAME, "grouped_mm", a=a, b=b)
     if a.dim() != 2 or b.dim() != 3 or a.shape[1] != b.shape[1] or offs.dim() != 1:
         raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K], b [E, K, N], offs [E], got {tuple(a.shape)}, "
                          f"{tuple(b.shape)}, {tuple(offs.shape)}")  # fmt: skip
-    require_triton(TIER)
+    require_triton(NAME)
     return grouped_kernels.grouped_mm(a, b, offs)
 
 
@@ -109,8 +109,8 @@ def attention(
         planned = plans.run_attention(q, k, v, q_pos, k_start, scale)
         if planned is not None:
             return planned
-    check_tensors(TIER, "attention", q=q, k=k, v=v, q_pos=q_pos, k_start=k_start)
-    require_triton(TIER)
+    check_tensors(NAME, "attention", q=q, k=k, v=v, q_pos=q_pos, k_start=k_start)
+    require_triton(NAME)
     return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate, window=window)
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import torch
 
-from rl_kernel.fast import TIER
+from rl_kernel.fast import NAME
 from rl_kernel.fast.decoder import linear as linear_kernels
 from rl_kernel.triton_tier import check_tensors, require_triton
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    check_tensors(TIER, "linear", x=x, weight=weight, bias=bias)
-    require_triton(TIER)
+    check_tensors(NAME, "linear", x=x, weight=weight, bias=bias)
+    require_triton(NAME)
     half = weight.shape[1] // 2
     low = linear_kernels.linear(x[..., :half], weight[:, :half], None)
     high = linear_kernels.linear(x[..., half:], weight[:, half:], bias)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_kernel.fast import TIER
+from rl_kernel.fast import NAME
 from rl_kernel.fast.configs import config_for
 from rl_kernel.fast.decoder import linear as fl
 from rl_kernel.tiers import HeadGemms
@@ -19,8 +19,8 @@ def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int)
 
 
 def _check(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    check_tensors(TIER, "lm_head_logprobs", hidden=hidden, weight=weight, bias=bias)
-    require_triton(TIER)
+    check_tensors(NAME, "lm_head_logprobs", hidden=hidden, weight=weight, bias=bias)
+    require_triton(NAME)
 
 
 # Logits per call of the head's walk: two 2048-column chunks at 8192 tokens (64 MB in bf16 per buffer; a call
