@@ -83,7 +83,7 @@ def batch_variant_attention(q, k, v, q_pos, k_start, scale=None, validate=False)
 
 def test_a_batch_variant_attention_is_caught(monkeypatch) -> None:
     model = models.tiny_model("qwen3", VOCAB, tier="exact")
-    monkeypatch.setattr(paged.hf, "layers_of", lambda _m: SimpleNamespace(attention=batch_variant_attention))
+    monkeypatch.setattr(paged.patched, "layers_of", lambda _m: SimpleNamespace(attention=batch_variant_attention))
     batch = prompts(6, 0)
     busy = run(model, batch)
     alone = [run(model, [p])[0] for p in batch]

@@ -33,7 +33,7 @@ import transformers
 from torch import nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from rl_kernel.integrations import transformers as hf
+from rl_kernel.integrations import patched
 
 ENGINE = "sdpa"  # the name continuous batching accepts and the patched model runs under during the call
 MIN_TRANSFORMERS = (5, 25)  # the engine's kwargs (cu_seq_lens_q, max_length_k, read/write indices) as read here
@@ -74,7 +74,7 @@ def paged_attention(
     if kwargs.get("sliding_window"):
         raise ValueError(f"rl_kernel: a sliding window ({kwargs['sliding_window']}) in continuous batching is not "
                          "served: the tier's attention sees every earlier key")  # fmt: skip
-    hf.check_no_dropout(dropout)
+    patched.check_no_dropout(dropout)
     cu_q, cu_k = kwargs["cu_seq_lens_q"].long(), kwargs["cu_seq_lens_k"].long()
     longest_q, longest_k = int(kwargs["max_length_q"]), int(kwargs["max_length_k"])
     q_pad, slots, valid = _by_request(query[0], cu_q, longest_q)  # valid: a slot that holds a query
@@ -121,7 +121,7 @@ def _dispatch(original: Any) -> Any:
             return original(module, query, key, value, attention_mask, *args, **kwargs)
         if "cu_seq_lens_q" in kwargs and "cu_seq_lens_k" in kwargs:
             return paged_attention(layers, module, query, key, value, attention_mask, *args, **kwargs)
-        return hf.tier_attention(layers, module, query, key, value, attention_mask, *args, **kwargs)
+        return patched.tier_attention(layers, module, query, key, value, attention_mask, *args, **kwargs)
 
     return attention
 
@@ -131,11 +131,11 @@ def continuous_batching(model: nn.Module) -> Iterator[nn.Module]:
     """For the block, a patched model runs transformers' continuous batching (`model.generate_batch`, its manager) with
     the tier's attention: the model under the engine's name "sdpa", whose registry entry serves this model's attention
     modules by paged_attention. Everything is restored on exit."""
-    if not hf.is_patched(model):
+    if not patched.is_patched(model):
         raise ValueError("rl_kernel: continuous batching needs a model patched by rl_kernel.integrations.transformers")
     if not served():
         raise RuntimeError(f"rl_kernel: {UNSERVED}, this is {transformers.__version__}")
-    layers = hf.layers_of(model)
+    layers = patched.layers_of(model)
     attention_modules = [m for m in model.modules() if hasattr(m, "num_key_value_groups")]
     original = ALL_ATTENTION_FUNCTIONS[ENGINE]
     implementation = model.config._attn_implementation

@@ -45,15 +45,15 @@ from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.exact.decoder.ops import MASK_RUNS_ERROR
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
-from rl_kernel.integrations import generation
+from rl_kernel.integrations import generation, paged
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.integrations.generation import key_mask, positions
+from rl_kernel.integrations.patched import _STATE, is_patched, layers_of, tier_attention, tier_of
 
 ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
 ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 ROPE_TYPES = ("default", "llama3")
 TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
-_STATE = "_rl_kernel_patch"
 
 
 # ---- the swapped layers ---------------------------------------------------------------------------
@@ -176,40 +176,7 @@ def _tier_class(cls: type, kind: str, tier: str) -> type:
     return type(f"{tier.capitalize()}{cls.__name__}", (cls,), attrs)
 
 
-# ---- attention: registered with transformers, fed by the patched model's forward -------------------
-def check_no_dropout(dropout: float) -> None:
-    """The tier's attention has no dropout (it would draw from torch's generator): a clear error for one."""
-    if dropout:
-        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
-
-
-def tier_attention(
-    layers: Any,
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature over a tier's attention (`layers`, bound by patch). The query
-    rows' slots and each sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's
-    forward."""
-    q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
-    if q_pos is None or k_start is None:
-        raise RuntimeError(
-            "rl_kernel: the rl_kernel attention needs the positions its patched model's forward derives; "
-            "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
-        )
-    check_no_dropout(dropout)
-    out = layers.attention(
-        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False
-    )
-    return out.transpose(1, 2).contiguous(), None
-
-
+# ---- the patched model's forward: positions from the mask (its attention: integrations.patched) ------------
 def _model_forward(original: Callable) -> Callable:
     """The base model's forward with position ids, query slots and first keys derived from the mask."""
     # The positional parameters' names, read once: Signature.bind at call time does not trace under torch.compile.
@@ -334,8 +301,6 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     # cache's slots: one shape for every decode step, which a compiled forward (CUDA graphs) needs.
     model.create_masks_for_generate = generation.slot_mask
     model.get_compiled_call = functools.partial(generation.compiled_call, model)
-    from rl_kernel.integrations import paged  # it imports this module
-
     model.generate_batch = functools.partial(paged.generate_batch, model)  # continuous batching, the tier's attention
     return model
 
@@ -357,24 +322,6 @@ def unpatch(model: nn.Module) -> nn.Module:
     model.config._attn_implementation = state["attn"]
     delattr(model, _STATE)
     return model
-
-
-def is_patched(model: nn.Module) -> bool:
-    return hasattr(model, _STATE)
-
-
-def layers_of(model: nn.Module) -> Any:
-    """The operators of the tier a patched model runs in (its descriptor's namespace)."""
-    tier = tier_of(model)
-    if tier is None:
-        raise ValueError("rl_kernel: this model is not patched")
-    return tiers.get(tier).namespace()
-
-
-def tier_of(model: nn.Module) -> str | None:
-    """The tier a patched model runs in (None when it is not patched)."""
-    state = getattr(model, _STATE, None)
-    return state["tier"] if state else None
 
 
 # ---- log-probs straight from the hidden states -------------------------------------------------------

@@ -1,0 +1,66 @@
+"""What a patched Hugging Face model's pieces share (integrations.transformers patches the model; .paged serves
+its continuous batching): the mark patch() leaves on the model and what it says (is_patched, tier_of, layers_of), and
+the attention function registered with transformers, over the tier's attention, fed the positions the patched
+forward derives. A module of its own so that the two above import it, and not each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from rl_kernel import tiers
+
+_STATE = "_rl_kernel_patch"  # the attribute patch() sets on a model: its tier and what it replaced
+
+
+def check_no_dropout(dropout: float) -> None:
+    """The tier's attention has no dropout (it would draw from torch's generator): a clear error for one."""
+    if dropout:
+        raise ValueError(f"rl_kernel: rl_kernel's attention has no dropout (got {dropout}); set attention_dropout=0")
+
+
+def tier_attention(
+    layers: Any,
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature over a tier's attention (`layers`, bound by patch). The query
+    rows' slots and each sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's
+    forward."""
+    q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
+    if q_pos is None or k_start is None:
+        raise RuntimeError(
+            "rl_kernel: the rl_kernel attention needs the positions its patched model's forward derives; "
+            "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
+        )
+    check_no_dropout(dropout)
+    out = layers.attention(
+        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False
+    )
+    return out.transpose(1, 2).contiguous(), None
+
+
+def is_patched(model: nn.Module) -> bool:
+    return hasattr(model, _STATE)
+
+
+def layers_of(model: nn.Module) -> Any:
+    """The operators of the tier a patched model runs in (its descriptor's namespace)."""
+    tier = tier_of(model)
+    if tier is None:
+        raise ValueError("rl_kernel: this model is not patched")
+    return tiers.get(tier).namespace()
+
+
+def tier_of(model: nn.Module) -> str | None:
+    """The tier a patched model runs in (None when it is not patched)."""
+    state = getattr(model, _STATE, None)
+    return state["tier"] if state else None
