@@ -5,9 +5,8 @@
   BLOCK_M=16 -> mma.sync on sm_90, matrix_instr_nonkdim=32 on gfx942, an atomic split-K) is flagged.
 - the Triton interpreter (TRITON_INTERPRET=1, in a subprocess: it must be set before Triton is imported):
   the linear against float64 and bitwise batch invariant (M=1 vs larger M, another M bucket included), dX
-  batch invariant, dW/db run to run, autograd and torch.compile through the custom ops; attention decode rows ==
-  prefill rows, a sequence alone == in a batch with other left paddings, a NaN-filled cache tail ignored,
-  padding rows +0.0, the backward against float64.
+  batch invariant, dW/db run to run, autograd and torch.compile through the custom ops; the fused head (the
+  attention's checks: test_fast_attention.py).
 - clear errors: CPU tensors (-> tier='exact'), fp32, mixed devices or dtypes, a missing Triton, bad configs.
 Without Triton the Triton tests skip, except with CI=true, where a missing Triton fails.
 """
@@ -214,20 +213,6 @@ def test_interpreter_linear() -> None:
 
 
 @pytest.mark.slow
-def test_interpreter_attention() -> None:
-    r = interpret(__file__, "attention")
-    failed = {k: v for k, v in r.items() if v is not True}
-    assert not failed, failed
-
-
-@pytest.mark.slow
-def test_interpreter_sliding_window() -> None:
-    r = interpret(__file__, "window")
-    failed = {k: v for k, v in r.items() if v is not True}
-    assert len(r) == 7 and not failed, failed
-
-
-@pytest.mark.slow
 def test_interpreter_fused_head() -> None:
     r = interpret(__file__, "head")
     failed = {k: v for k, v in r.items() if v is not True}
@@ -356,108 +341,6 @@ def _check_tma(g: torch.Generator) -> dict[str, bool]:
     return res
 
 
-def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0):
-    grp = q.shape[1] // k.shape[1]
-    kk, vv = k.double().repeat_interleave(grp, 1), v.double().repeat_interleave(grp, 1)
-    s = q.double() @ kk.transpose(-1, -2) * scale
-    j = torch.arange(k.shape[2])
-    first = k_start[:, None] if not window else torch.maximum(k_start[:, None], q_pos - window + 1)
-    seen = (j[None, None, :] >= first[:, :, None]) & (j[None, None, :] <= q_pos[:, :, None])
-    s = s.masked_fill(~seen[:, None], float("-inf"))
-    return torch.softmax(s, -1).nan_to_num(0.0) @ vv
-
-
-def _check_window() -> dict[str, bool]:
-    """A sliding window (100 keys: two tiles from a row's first key) over 200-key rows, left padding 0 and 30: near
-    float64; a prefill row == the same row as a decode step over the full cache and over a cache cut to the window
-    (transformers' sliding-window layers), and alone == in the batch; the backward near float64 and run to run."""
-    g = torch.Generator().manual_seed(5)
-    b, hq, hkv, t, d, w = 2, 4, 2, 200, 32, 100
-    q, k, v = (torch.randn(b, h, t, d, generator=g).bfloat16() for h in (hq, hkv, hkv))
-    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 30])
-    pre = fast.attention(q, k, v, q_pos, k_start, window=w)
-    ref = _attn_ref(q, k, v, q_pos, k_start, d**-0.5, w)
-    res = {"vs float64": bool((pre.double() - ref).abs().max() < 0.03)}
-    res["the window cuts keys (unwindowed rows differ)"] = not _same(pre, fast.attention(q, k, v, q_pos, k_start))
-    rows = (0, 30, 99, 129, 130, 150, 199)
-    res["decode rows over the full cache == prefill rows"] = all(
-        _same(fast.attention(q[:, :, r : r + 1], k, v, q_pos[:, r : r + 1], k_start, window=w), pre[:, :, r : r + 1])
-        for r in rows
-    )
-    cut = []
-    for r in (150, 199):  # the cache keeps the window's keys: slot r - w + 1 is its first
-        lo = r - w + 1
-        cut.append(fast.attention(q[:, :, r : r + 1], k[:, :, lo : r + 1], v[:, :, lo : r + 1],
-                                  torch.full((b, 1), w - 1), (k_start - lo).clamp(min=0), window=w))  # fmt: skip
-    res["decode rows over a cache cut to the window == prefill rows"] = _same(torch.cat(cut, 2), pre[:, :, [150, 199]])
-    res["sequence alone == in the batch"] = _same(
-        fast.attention(q[1:, :, 30:], k[1:, :, 30:], v[1:, :, 30:], q_pos[1:, :170], k_start[1:] - 30, window=w),
-        pre[1:, :, 30:],
-    )
-    go = torch.randn(b, hq, t, d, generator=g).bfloat16()
-
-    def grads():
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        fast.attention(*leaves, q_pos, k_start, window=w).backward(go)
-        return [x.grad for x in leaves]
-
-    got = grads()
-    refs = [x.double().requires_grad_() for x in (q, k, v)]
-    _attn_ref(*refs, q_pos, k_start, d**-0.5, w).backward(go.double())
-    errs = [((a.double() - r.grad).abs().max() / r.grad.abs().max()).item() for a, r in zip(got, refs, strict=True)]
-    res["backward vs float64 (rel. max err < 3%)"] = max(errs) < 0.03
-    res["backward run to run"] = all(_same(a, b) for a, b in zip(grads(), got, strict=True))
-    return res
-
-
-def _check_attention() -> dict[str, bool]:
-    g = torch.Generator().manual_seed(1)
-    b, hq, hkv, t, d = 3, 4, 2, 150, 32
-    q = torch.randn(b, hq, t, d, generator=g).bfloat16()
-    k = torch.randn(b, hkv, t, d, generator=g).bfloat16()
-    v = torch.randn(b, hkv, t, d, generator=g).bfloat16()
-    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 9, 140])
-    pre = fast.attention(q, k, v, q_pos, k_start)
-    res = {"vs float64": bool((pre.double() - _attn_ref(q, k, v, q_pos, k_start, d**-0.5)).abs().max() < 0.03)}
-    res["padding rows are +0.0"] = bool((pre[1, :, :9] == 0).all() and (pre[2, :, :140] == 0).all())
-    cache = torch.full((b, hkv, t + 40, d), float("nan")).bfloat16()
-    kc, vc = cache.clone(), cache.clone()
-    kc[:, :, :t], vc[:, :, :t] = k, v
-    rows = (0, 8, 9, 10, 72, 73, 127, 128, 139, 140, 149)
-    res["decode rows (Tq=1, NaN cache tail) == prefill rows"] = all(
-        _same(fast.attention(q[:, :, r : r + 1], kc, vc, q_pos[:, r : r + 1], k_start), pre[:, :, r : r + 1])
-        for r in rows
-    )
-    res["chunk of 21 rows == prefill rows"] = _same(
-        fast.attention(q[:, :, 60:81], kc, vc, q_pos[:, 60:81], k_start), pre[:, :, 60:81]
-    )
-    res["sequence alone == in the batch"] = all(
-        _same(
-            fast.attention(q[i : i + 1], k[i : i + 1], v[i : i + 1], q_pos[i : i + 1], k_start[i : i + 1]),
-            pre[i : i + 1],
-        )
-        for i in range(b)
-    )
-    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
-    go = torch.randn(b, hq, t, d, generator=g).bfloat16()
-    fast.attention(qg, kg, vg, q_pos, k_start).backward(go)
-    qr, kr, vr = (x.double().requires_grad_() for x in (q, k, v))
-    _attn_ref(qr, kr, vr, q_pos, k_start, d**-0.5).backward(go.double())
-    pairs = ((qg, qr), (kg, kr), (vg, vr))
-    errs = [((a.grad.double() - r.grad).abs().max() / r.grad.abs().max()).item() for a, r in pairs]
-    res["backward vs float64 (rel. max err < 3%)"] = max(errs) < 0.03
-    half = [x.half() for x in (q, k, v)]
-    pre16 = fast.attention(*half, q_pos, k_start)
-    res["fp16: decode rows == prefill rows"] = all(
-        _same(fast.attention(half[0][:, :, r : r + 1], *half[1:], q_pos[:, r : r + 1], k_start), pre16[:, :, r : r + 1])
-        for r in (9, 73, 149)
-    )
-    res["keys before k_start get no gradient"] = bool(
-        (kg.grad[2, :, :140] == 0).all() and (vg.grad[2, :, :140] == 0).all()
-    )
-    return res
-
-
 def _check_head() -> dict[str, bool]:
     """The fused LM head in the fast tier: the fast unfused path's bits (forward, dW), dHidden batch invariant."""
     from rl_kernel import head
@@ -508,4 +391,4 @@ def _check_head() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    serve({"linear": _check_linear, "attention": _check_attention, "window": _check_window, "head": _check_head})
+    serve({"linear": _check_linear, "head": _check_head})

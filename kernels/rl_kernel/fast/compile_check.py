@@ -26,6 +26,7 @@ from typing import Any
 
 from rl_kernel.fast import attention_kernels, group_kernels, grouped_kernels, linear_kernels
 from rl_kernel.fast.configs import configs, target_config
+from rl_kernel.fast.decoder import attention_backward
 
 try:
     import triton
@@ -278,15 +279,15 @@ def _attention_reports(target: str, dtypes: tuple[str, ...], head_dims: tuple[in
             bm, bn = a["bwd_block_m"], a["bwd_block_n"]
             const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": bm, "BLOCK_N": bn, "WINDOWED": windowed}
             tile = {"block_m": bm, "block_n": bn, "block_d": d}
-            fn = attention_kernels._attn_bwd_dkdv_kernel
+            fn = attention_backward._attn_bwd_dkdv_kernel
             k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a, "bwd_"))
             out.append(scan(k, f"{name}.bwd_dkdv[d{d}]", target, dtype, tile, {d, bm}, True))
-            fn = attention_kernels._attn_bwd_dq_kernel
+            fn = attention_backward._attn_bwd_dq_kernel
             rows = {"ROWS_T": 1 if windowed else bm // 2}
             k = _compile(fn, _attn_types(fn, dtype), const | rows, target, _options(t, a, "bwd_"))
             out.append(scan(k, f"{name}.bwd_dq[d{d}]", target, dtype, tile, {d, bn}, True))
         for d in head_dims:
-            fn = attention_kernels._bwd_delta_kernel
+            fn = attention_backward._bwd_delta_kernel
             types = {"o_ptr": _ptr(dtype), "do_ptr": _ptr(dtype), "delta_ptr": "*fp32", "R": "i32"}
             const = {"HEAD_D": d, "BLOCK_D": d, "BLOCK_R": 32}
             k = _compile(fn, types, const, target, {"num_warps": 4, **t["launch"]})
