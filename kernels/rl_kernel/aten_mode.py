@@ -332,6 +332,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
 # for inference mode) by the tier's attention, whose own autograd differentiates it -------------------------------
 def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
     attention = t.op("attention")
+    windowed = "window" in inspect.signature(attention).parameters  # a third tier's attention may have none
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         check("scaled_dot_product_attention", q, k, v)
@@ -344,7 +345,7 @@ def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
         q_pos, k_start, window = key_ranges(q, k, attn_mask, is_causal, t.name)
         if not window:
             return attention(q, k, v, q_pos, k_start, scale)
-        if "window" not in inspect.signature(attention).parameters:
+        if not windowed:
             raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention with a sliding window of "
                             f"{window} keys: the {t.name} tier's attention has no window")  # fmt: skip
         return attention(q, k, v, q_pos, k_start, scale, window=window)

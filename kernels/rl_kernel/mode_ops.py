@@ -237,8 +237,10 @@ def grouped_mm(
     - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g]."""
     if a.dim() == 2 and b.dim() == 3 and offs is not None:
         if grouped is not None:
-            group_bounds(offs, b.shape[0], a.shape[0], "rows")  # the mode's error for bad offs
-            return grouped(a, b, offs)
+            try:
+                return grouped(a, b, offs)
+            except ValueError as exc:  # bad offs or shapes, named by the tier's operator
+                raise ModeError(str(exc)) from None
         out = a.new_zeros((a.shape[0], b.shape[2]))
         for g, (s, e) in enumerate(group_bounds(offs, b.shape[0], a.shape[0], "rows")):
             if e > s:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from rl_kernel._validate import compiling
+from rl_kernel.mode_ops import ModeError
 
 PARAMETERS = ("input_ids", "attention_mask", "position_ids")
 FIX = ("pass the attention mask alone (the mode derives the positions generate() takes) or position_ids = "
@@ -83,8 +84,6 @@ def _served_forward(original: Callable) -> Callable:
             if RECORDING:
                 RECORDING[-1][f"{type(self).__name__}.forward: position_ids differ from the attention mask's"] += 1
             else:
-                from rl_kernel.mode_ops import ModeError
-
                 raise ModeError(f"rl_kernel.mode: {type(self).__name__}.forward got position_ids that differ from "
                                 f"its attention mask's on real tokens (generate() takes those): {FIX}")  # fmt: skip
         return original(self, *args, **kwargs)

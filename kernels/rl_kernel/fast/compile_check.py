@@ -206,7 +206,7 @@ def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict):
     weight's transpose: unit stride over k)."""
     fn = grouped_kernels._grouped_gemm_kernel
     types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
-    types |= {"tile_group_ptr": "*i32", "tile_row_ptr": "*i32", "group_start_ptr": "*i64", "group_rows_ptr": "*i32"}
+    types["table_ptr"] = "*i64"
     const = {"stride_ak": 1, "stride_bk": 1, "EVEN_K": True, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
              "BLOCK_K": tile["block_k"]}  # fmt: skip
     return _compile(fn, types, const, target, options)

@@ -26,18 +26,17 @@ WHERE = "rl_kernel.fast.grouped_mm"
 
 @_jit(do_not_specialize=["tiles"])
 def _grouped_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, tile_group_ptr, tile_row_ptr, group_start_ptr, group_rows_ptr, tiles, N, K, stride_am,
-    stride_ak, stride_bg, stride_bk, stride_bn, stride_cm, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr, b_ptr, c_ptr, table_ptr, tiles, N, K, stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm,
+    EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Program (i, j): row tile i of the host's table (its expert g, its first row within g's group), column tile j.
-    C[rows of g] = A[rows of g] @ B[g] with _pointer_tile's K loop."""
+    """Program (i, j): row tile i of the host's table (int64 [4, tiles]: its expert g, g's first row in A and C, g's
+    row count, the tile's first row within the group), column tile j. C[rows of g] = A[rows of g] @ B[g] with
+    _pointer_tile's K loop."""
     pid = tl.program_id(0)
-    g = tl.load(tile_group_ptr + pid).to(tl.int64)
-    first = tl.load(tile_row_ptr + pid)
-    start = tl.load(group_start_ptr + g).to(tl.int64)
-    rows = tl.load(group_rows_ptr + g)
-    offs_m = first + tl.arange(0, BLOCK_M)
+    g = tl.load(table_ptr + pid)
+    start = tl.load(table_ptr + tiles + pid)
+    rows = tl.load(table_ptr + 2 * tiles + pid)
+    offs_m = tl.load(table_ptr + 3 * tiles + pid) + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _pointer_tile(a_ptr + start * stride_am, b_ptr + g * stride_bg, acc, offs_m, offs_n, rows, N, K, stride_am,
@@ -51,28 +50,19 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Te
     s, k = a.shape
     e, _, n = b.shape
     out = a.new_zeros((s, n))
-    spans = [(g, lo, hi) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "rows", WHERE)) if hi > lo]
-    if not spans or n == 0:
-        return out
-    if k == 0:
+    spans = [(g, lo, hi - lo) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "rows", WHERE)) if hi > lo]
+    if not spans or n == 0 or k == 0:
         return out
     form = "linear" if mm_form(a, b[0]) == "forward" else "linear_dx"
-    cfg = config_for(form, target_of(a.device), m=max(hi - lo for _, lo, hi in spans), n=n, k=k)
+    cfg = config_for(form, target_of(a.device), m=max(rows for *_, rows in spans), n=n, k=k)
     bm, bn = cfg["block_m"], cfg["block_n"]
-    table = [(g, r) for g, lo, hi in spans for r in range(0, hi - lo, bm)]
-    ints = torch.tensor(
-        [[g for g, _ in table], [r for _, r in table]], dtype=torch.int32
-    ).to(a.device)  # fmt: skip
-    starts = torch.tensor([0] * e, dtype=torch.int64)
-    rows = torch.zeros(e, dtype=torch.int32)
-    for g, lo, hi in spans:
-        starts[g], rows[g] = lo, hi - lo
-    starts, rows = starts.to(a.device), rows.to(a.device)
+    tiles = [(g, lo, rows, r) for g, lo, rows in spans for r in range(0, rows, bm)]
+    table = torch.tensor(tiles, dtype=torch.int64).t().contiguous().to(a.device)  # one copy to the device
     a = a if a.stride(1) == 1 else a.contiguous()
     launch(
-        _grouped_gemm_kernel, (len(table), triton.cdiv(n, bn)), a, b, out, ints[0], ints[1], starts, rows,
-        len(table), n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0),
-        EVEN_K=k % cfg["block_k"] == 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **cfg["launch"],
+        _grouped_gemm_kernel, (len(tiles), triton.cdiv(n, bn)), a, b, out, table, len(tiles), n, k, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), EVEN_K=k % cfg["block_k"] == 0,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **cfg["launch"],
     )  # fmt: skip
     return out
