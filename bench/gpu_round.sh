@@ -30,7 +30,9 @@
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
 #              RPROF_ARGS its flags), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
 #              its flags, RMODES_TAG a suffix for its files), rproc (rollout_process: stock and the tier side by side
-#              in one process, compiled first; RPROC_ARGS its flags, RPROC_TAG a suffix for its files)
+#              in one process, compiled first; RPROC_ARGS its flags, RPROC_TAG a suffix for its files), gemm
+#              (grouped_gemm: a mixture of experts' grouped GEMM under the mode against torch._grouped_mm; GEMM_ARGS
+#              its flags, GEMM_TAG a suffix for its files)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
 # junitparser, liger-kernel and a newer transformers travel as wheels in .whl/ (no network there; `make device-wheels`
@@ -193,6 +195,9 @@ for s in $steps; do
     rmodes) # shellcheck disable=SC2086 # RMODES_ARGS: flags, split on purpose
             step "rollout-modes${RMODES_TAG:-}" python3 -m bench rollout_modes --model "${MODEL:-qwen3-1.7b}" \
               ${RMODES_ARGS:-} --json "$out/rollout_modes${RMODES_TAG:-}.json" ;;
+    gemm) # shellcheck disable=SC2086 # GEMM_ARGS: flags, split on purpose
+          step "grouped-gemm${GEMM_TAG:-}" python3 -m bench grouped_gemm ${GEMM_ARGS:-} \
+            --json "$out/grouped_gemm${GEMM_TAG:-}.json" ;;
     rproc) # shellcheck disable=SC2086 # RPROC_ARGS: flags, split on purpose
            step "rollout-process${RPROC_TAG:-}" python3 -m bench rollout_process --model "${MODEL:-qwen3-1.7b}" \
              ${RPROC_ARGS:-} --json "$out/rollout_process${RPROC_TAG:-}.json" ;;

@@ -3,10 +3,16 @@
     qwen3-1.7b  Qwen3-1.7B's shape: 28 layers, hidden 2048, 16 query / 8 KV heads of 128, MLP 6144, vocab 151936
     qwen3-8b    Qwen3-8B's shape: 36 layers, hidden 4096, 32 query / 8 KV heads of 128, MLP 12288, vocab 151936,
                 the LM head tied to the embedding
+    olmoe-1b-7b OLMoE-1B-7B's shape: 16 layers, hidden 2048, 16 query / 16 KV heads of 128, 64 experts of 1024,
+                top-8, vocab 50304 (transformers' default experts implementation: the grouped GEMM)
+    mistral-7b  Mistral-7B's shape with a window that cuts keys: 32 layers (--layers cuts them to fit), hidden
+                4096, 32 query / 8 KV heads of 128, MLP 14336, vocab 32000, sliding window 4096
     tiny        2 layers, hidden 64, 4 / 2 heads, MLP 128, vocab 512: a CPU run that checks a script, not a speed
+    tiny-moe, tiny-window  the same for the two above (8 experts top-2; a window of 16 keys)
 
 Each config is rl_kernel.models.tiny_config's (the family's own features: Qwen3's q/k norms), with the KV heads and
-the tying the shape names where tiny_config's defaults (heads / 2 KV heads, Qwen3 untied) differ. A shape
+the tying the shape names where tiny_config's defaults (heads / 2 KV heads, Qwen3 untied) differ, and the config's
+other fields the shape sets (`extra`: experts, a window, the positions the rope serves). A shape
 tiny_config makes as it is gets rl_kernel.models.tiny_weights (the weights every part of the project draws from
 the seed, on the CPU in fp32); another gets transformers' own initialisation, seeded, drawn on the device in its
 dtype (an 8B model in fp32 on the host would take 32 GB and minutes). in_tier puts a model in a tier for a block
@@ -38,6 +44,7 @@ class Shape:
     kv_heads: int
     intermediate: int
     tied: bool = False
+    extra: tuple[tuple[str, Any], ...] = ()  # more fields of the family's config, set after tiny_config's
 
     def dims(self) -> dict[str, int]:
         """tiny_config's shape arguments."""
@@ -47,7 +54,40 @@ class Shape:
 SHAPES = {
     "qwen3-1.7b": Shape("qwen3", 151936, layers=28, hidden=2048, heads=16, kv_heads=8, intermediate=6144),
     "qwen3-8b": Shape("qwen3", 151936, layers=36, hidden=4096, heads=32, kv_heads=8, intermediate=12288, tied=True),
+    "olmoe-1b-7b": Shape(
+        "olmoe",
+        50304,
+        layers=16,
+        hidden=2048,
+        heads=16,
+        kv_heads=16,
+        intermediate=1024,
+        extra=(("num_experts", 64), ("num_experts_per_tok", 8)),
+    ),
+    "mistral-7b": Shape(
+        "mistral",
+        32000,
+        layers=32,
+        hidden=4096,
+        heads=32,
+        kv_heads=8,
+        intermediate=14336,
+        extra=(("sliding_window", 4096), ("max_position_embeddings", 32768)),
+    ),
     "tiny": Shape("qwen3", 512, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128),
+    "tiny-moe": Shape(
+        "olmoe",
+        512,
+        layers=2,
+        hidden=64,
+        heads=4,
+        kv_heads=4,
+        intermediate=32,
+        extra=(("num_experts", 8), ("num_experts_per_tok", 2)),
+    ),
+    "tiny-window": Shape(
+        "mistral", 512, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, extra=(("sliding_window", 16),)
+    ),
 }
 
 
@@ -62,12 +102,16 @@ def config(s: Shape) -> Any:
     cfg = tiny_config(s.family, s.vocab, **s.dims())
     cfg.num_key_value_heads = s.kv_heads
     cfg.tie_word_embeddings = s.tied
+    for key, value in s.extra:
+        if not hasattr(cfg, key):
+            raise ValueError(f"model shape: {type(cfg).__name__} has no field {key!r}")
+        setattr(cfg, key, value)
     return cfg
 
 
 def _tiny_configs_own(s: Shape) -> bool:
     base = tiny_config(s.family, s.vocab, **s.dims())
-    return (base.num_key_value_heads, bool(base.tie_word_embeddings)) == (s.kv_heads, s.tied)
+    return (base.num_key_value_heads, bool(base.tie_word_embeddings), s.extra) == (s.kv_heads, s.tied, ())
 
 
 def build(s: Shape, dtype: str, seed: int, device: str | torch.device) -> torch.nn.Module:

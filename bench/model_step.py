@@ -114,21 +114,25 @@ def train_step(model, ids: torch.Tensor, opt, loss_of, clip: float = CLIP) -> No
 
 
 def check(model, ids: torch.Tensor, mask: torch.Tensor, new: int) -> dict:
-    """generate()'s logits against the training forward's (autograd on) at every completion position."""
+    """generate()'s logits against the training forward's (autograd on; called as TRL calls it, no position_ids) at
+    every completion position, the batch right padded and each sequence alone."""
     sequences, logits = rollout.generate(model, ids, mask, new)
     completions = sequences[:, ids.shape[1] :]
-    forward = rollout.completion_logits(model, rollout.unpadded(sequences, mask), new, right=True)
+    seqs = rollout.unpadded(sequences, mask)
+    forward = rollout.completion_logits(model, seqs, new, right=True)
+    alone = torch.cat([rollout.completion_logits(model, [s], new, right=True, grad=False) for s in seqs])
     ratios = torch.exp(rl_kernel.token_logprobs(forward, completions) - rl_kernel.token_logprobs(logits, completions))
     differ = forward.view(torch.int32) != logits.view(torch.int32)
     out = {
         "logits_compared": logits.numel(),
         "logits_differ": int(differ.sum()),
+        "logits_differ_alone": int((alone.view(torch.int32) != logits.view(torch.int32)).sum()),
         "tokens": completions.numel(),
         "tokens_differing_logits": int(differ.any(-1).sum()),
         "ratios_exactly_one": int((ratios.view(torch.int32) == torch.tensor(1.0).view(torch.int32)).sum()),
     }
     out |= outside_mode(lambda: rollout.drift(logits, forward, completions, CLIP))  # float64, which no tier has
-    out["generate_equals_forward"] = out["logits_differ"] == 0
+    out["generate_equals_forward"] = out["logits_differ"] == 0 == out["logits_differ_alone"]
     return out
 
 

@@ -378,8 +378,8 @@ def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[t
     """SDPA's mask as the tier's attention states it: (q_pos, k_start, window), query row t of sequence b seeing
     keys max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] (window 0: from k_start[b]). Causal (top-left, as
     SDPA's is_causal), none (every key) and a boolean or 0/-inf mask of that form (a left padding under a causal
-    mask, a sliding window that cuts keys, the same for every head) are served; any other mask is refused by
-    name."""
+    mask, a sliding window that cuts keys, the same for every head; right pads) are served; any other mask is refused
+    by name."""
     b, tq, s = q.shape[0], q.shape[2], k.shape[2]
     cols = torch.arange(s, device=q.device)
     if attn_mask is None:
@@ -405,7 +405,11 @@ def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[t
     window = _window(first, q_pos, k_start, some)
     lo = k_start[:, None] if not window else torch.maximum(k_start[:, None], q_pos - window + 1)
     rebuilt = (cols >= lo[:, :, None]) & (cols <= q_pos[:, :, None])
-    if not torch.equal(rebuilt, seen):
+    # A row whose last key repeats the row before's sees no key of its own: a right pad. Under a window it sees the
+    # tail of that range (stated whole: a pad's output is no token's); it may see nothing outside it.
+    pad = torch.zeros_like(some)
+    pad[:, 1:] = some[:, 1:] & (q_pos[:, 1:] == q_pos[:, :-1])
+    if not bool(torch.where(pad[:, :, None], rebuilt | ~seen, rebuilt == seen).all()):
         raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that is not a key range "
                         "max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] per row (packed sequences, "
                         "bidirectional blocks): the tier's attention cannot state it")  # fmt: skip

@@ -127,7 +127,11 @@ def test_the_windows_cut_the_tests_sequences() -> None:
     assert bits_equal(cut[:, : models.WINDOW], full[:, : models.WINDOW]) and not bits_equal(cut, full)
 
 
-def test_the_grouped_experts_hold_in_any_batch_order() -> None:
+@pytest.mark.parametrize(("tier", "device"), [
+    pytest.param("exact", "cpu", id="exact-cpu"),
+    pytest.param("fast", "cuda", id="fast-cuda", marks=pytest.mark.gpu),  # fast.grouped_mm's one launch
+])  # fmt: skip
+def test_the_grouped_experts_hold_in_any_batch_order(tier: str, device: str) -> None:
     """Qwen3-MoE at transformers' default experts implementation (the grouped GEMM, which the architecture tests run:
     rl_kernel.models' config leaves it as is) under the mode: the batch in another order routes each expert's tokens
     to other rows of its group, and every sequence's logits keep their bits; every gradient is the same run to run;
@@ -139,22 +143,23 @@ def test_the_grouped_experts_hold_in_any_batch_order() -> None:
     assert hasattr(moe, "grouped_mm_experts_forward") and hasattr(torch, "_grouped_mm"), (
         f"transformers {transformers.__version__} / torch {torch.__version__}: no grouped GEMM experts"
     )
-    model = models.tiny_model("qwen3_moe", 97, dtype="bf16")
+    model = models.tiny_model("qwen3_moe", 97, dtype="bf16").to(device)
     assert model.config._experts_implementation == "grouped_mm", model.config._experts_implementation
-    ids, mask = models.sequences(4, 8, 4, 97, seed=1)
-    order = torch.tensor([2, 0, 3, 1])
+    ids, mask = (t.to(device) for t in models.sequences(4, 8, 4, 97, seed=1))
+    order = torch.tensor([2, 0, 3, 1], device=device)
 
     def step(rows: torch.Tensor, mode: bool = True) -> list[torch.Tensor]:
         model.zero_grad()
-        with rl_kernel.mode("exact") if mode else contextlib.nullcontext():
+        with rl_kernel.mode(tier) if mode else contextlib.nullcontext():
             logits = model(input_ids=ids[rows], attention_mask=mask[rows]).logits
             logits.float().square().mean().backward()
         return [logits] + [p.grad.clone() for p in model.parameters()]
 
-    first = step(torch.arange(4))
+    first = step(torch.arange(4, device=device))
     assert bits_equal(step(order)[0], first[0][order]), "a sequence's logits in another batch order"
-    assert all(bits_equal(x, y) for x, y in zip(step(torch.arange(4)), first, strict=True)), "run to run"
-    assert not bits_equal(step(torch.arange(4), mode=False)[0], first[0]), "stock's grouped GEMM must differ here"
+    assert all(bits_equal(x, y) for x, y in zip(step(torch.arange(4, device=device)), first, strict=True)), "run to run"
+    assert not bits_equal(step(torch.arange(4, device=device), mode=False)[0], first[0]), (
+        "stock's grouped GEMM must differ here")  # fmt: skip
 
 
 # ---- a model in plain PyTorch (rl_kernel.models.PlainDecoder: an engine's own classes, no transformers) ----------

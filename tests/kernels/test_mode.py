@@ -327,6 +327,29 @@ def test_a_sliding_window_mask_is_the_tiers_windowed_attention(window: int) -> N
     assert M.key_ranges(q, k, causal[:, None], False)[2] == 0
 
 
+@pytest.mark.parametrize("window", [2, 4])
+def test_right_pads_under_a_window_are_served_and_a_stray_key_is_refused(window: int) -> None:
+    """A right-padded batch under a sliding window (a trainer's forward): the pads past each sequence see the tail of
+    its last row's window, or nothing; served, the real rows' bits those of the tier's windowed attention. Control:
+    a pad row that sees a key outside that range is no key range, refused by name."""
+    q, k, v = qkv()
+    t = q.shape[2]
+    length = torch.tensor([t, t - 3, t - 7])
+    cols = torch.arange(t)
+    real = cols[None, :] < length[:, None]
+    mask = (cols[None, None, :] <= cols[None, :, None]) & (cols[None, None, :] > cols[None, :, None] - window)
+    mask = mask & real[:, None, :]
+    with rl_kernel.mode("exact"):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+    rows = torch.minimum(cols[None, :], length[:, None] - 1)
+    want = rl_kernel.attention(q, k, v, rows, torch.zeros(3, dtype=torch.int64), window=window)
+    same(out[real[:, None, :, None].expand_as(out)], want[real[:, None, :, None].expand_as(want)], "the real rows")
+    stray = mask.clone()
+    stray[1, t - 3, 0] = True  # the second sequence's first pad row also sees its first key
+    with rl_kernel.mode("exact"), pytest.raises(M.ModeError, match="not a key range"):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=stray[:, None], enable_gqa=True)
+
+
 def test_a_sequence_that_sees_no_key_gets_the_tiers_empty_rows() -> None:
     """A mask row of no key at all (a whole sequence masked): the tier's attention over no key (zeros); the other
     sequences as under a causal mask alone."""

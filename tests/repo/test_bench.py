@@ -132,6 +132,51 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     assert record["mode-exact"]["train_synced_s_over_stock"] > 0
 
 
+@pytest.mark.parametrize("model", ["tiny-moe", "tiny-window"])
+def test_the_rl_step_of_a_mixture_of_experts_and_a_window_runs_under_the_mode(tmp_path: Path, model: str) -> None:
+    """OLMoE's and Mistral's shapes in small: the default grouped experts; a window (16 keys) shorter than the
+    training sequences (40) and than the checked ones, whose forward is right padded. Under mode("exact") generate()
+    equals the forward over the batch and each sequence alone; stock is the control (its batch differs)."""
+    out = tmp_path / "step.json"
+    sizes = ["--batch", "2", "--prompt-min", "8", "--prompt-max", "24", "--new", "4", "--train-batch", "2",
+             "--train-len", "40", "--check-batch", "3", "--check-new", "6", "--reps", "1"]  # fmt: skip
+    res = run_bench("model_step", "--model", model, "--tiers", "stock,mode-exact", *sizes, "--json", str(out))
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    record = json.loads(out.read_text())
+    check = record["mode-exact"]["check"]
+    assert check["logits_differ"] == check["logits_differ_alone"] == 0 < check["logits_compared"], check
+    assert record["stock"]["check"]["logits_differ_alone"] > 0, "the control: stock's batch differs from alone"
+    assert record["mode-exact"]["train_synced_s_over_stock"] > 0
+
+
+def test_the_grouped_gemm_bench_checks_every_experts_rows_on_the_cpu(tmp_path: Path) -> None:
+    """Every form (the experts' forward, dX and dW, in transformers' layouts) timed against torch._grouped_mm, and
+    the tier's rows those of each expert's product alone, run to run, including an expert that got no row."""
+    out = tmp_path / "grouped.json"
+    res = run_bench("grouped_gemm", "--tier", "exact", "--tokens", "24,2", "--hidden", "32", "--expert", "16",
+                    "--experts", "8", "--top", "2", "--reps", "1", "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["form"] for r in rows] == ["gate_up", "down", "down dX", "down dW"] * 2
+    assert any(r["rows_per_expert"][0] == 0 for r in rows), "two tokens top-2 leave some of 8 experts empty"
+    for r in rows:
+        assert r["tier_differs_from_alone"] == r["tier_run_to_run_differs"] == 0 < r["elements"], r
+        assert r["speed_synced"] > 0 and r["speed_queued"] > 0
+    import torch
+
+    from bench.grouped_gemm import differing, operands, per_expert
+
+    offs = torch.tensor([3, 7, 12, 12], dtype=torch.int32)  # the last expert got no row
+    for form in ("down", "down dW"):  # the control: one element's last bit flipped is counted
+        a, b = operands(form, 12, 8, 4, 4, torch.float32, "cpu", seed=0)
+        alone = per_expert(a, b, offs, form)
+        got = [w for w in alone if w is not None]
+        out = torch.stack([*got, torch.zeros_like(got[0])]) if form == "down dW" else torch.cat(got)
+        flipped = out.clone()
+        flipped.view(-1).view(torch.int32)[5] ^= 1
+        assert differing(out, alone, offs, form) == 0 and differing(flipped, alone, offs, form) == 1
+
+
 def test_the_rl_step_can_time_the_training_step_alone(tmp_path: Path) -> None:
     """--skip check,rollout: the training steps alone (a mode's eager rollout takes minutes at 1.7B), ratios to
     stock's training step; --skip check,train: the rollout alone; an unknown stage is refused by name."""
