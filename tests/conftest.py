@@ -46,10 +46,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(requires_gpu)
         if CONTAINERS & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    mark_the_loop(items)
     # The longest tests first (`slow(minutes=True)`: builds, containers, compiles for every target), then the slow
     # ones: xdist hands tests out one at a time in this order (--maxschedchunk 1), and a long test that starts
     # last would set the end of the run.
     items.sort(key=_order)
+
+
+def mark_the_loop(items: list[pytest.Item]) -> None:
+    """`loop` (make test-fast, the developer's loop): each test function's first case that is neither slow nor
+    gpu, so every property of every family and harness module is tried once; `make test` runs every case."""
+    seen: set[tuple[str, str]] = set()
+    for item in items:
+        key = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
+        if key in seen or item.get_closest_marker("slow") or item.get_closest_marker("gpu"):
+            continue
+        seen.add(key)
+        item.add_marker(pytest.mark.loop)
 
 
 def needs_gpu(item: pytest.Item) -> bool:

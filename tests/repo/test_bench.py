@@ -132,6 +132,7 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     assert record["mode-exact"]["train_synced_s_over_stock"] > 0
 
 
+@pytest.mark.slow  # a model step in a subprocess
 @pytest.mark.parametrize("model", ["tiny-moe", "tiny-window"])
 def test_the_rl_step_of_a_mixture_of_experts_and_a_window_runs_under_the_mode(tmp_path: Path, model: str) -> None:
     """OLMoE's and Mistral's shapes in small: the default grouped experts; a window (16 keys) shorter than the
@@ -177,6 +178,7 @@ def test_the_grouped_gemm_bench_checks_every_experts_rows_on_the_cpu(tmp_path: P
         assert differing(out, alone, offs, form) == 0 and differing(flipped, alone, offs, form) == 1
 
 
+@pytest.mark.slow  # a model step in a subprocess
 def test_the_rl_step_can_time_the_training_step_alone(tmp_path: Path) -> None:
     """--skip check,rollout: the training steps alone (a mode's eager rollout takes minutes at 1.7B), ratios to
     stock's training step; --skip check,train: the rollout alone; an unknown stage is refused by name."""
@@ -249,6 +251,7 @@ def test_rollout_modes_warms_up_the_compiled_mode_at_the_timed_length_and_the_ot
     assert warmup_tokens("static", 256, 4) == 4 and warmup_tokens("eager", 8, None) == 8  # never past --new
 
 
+@pytest.mark.slow  # a model step in a subprocess
 def test_profile_rollout_attributes_a_generate_on_the_cpu(tmp_path: Path) -> None:
     """profile_rollout at the tiny shape: every tier's generate() profiled, its time put in families (the exact
     tier's SwiGLU is its own kernel, stock's is not), busy time within the wall time's order."""
@@ -293,6 +296,7 @@ def test_device_times_counts_kernels_no_op_claims_and_leaves_sync_waits_out(monk
     assert other == {}, "a module range's shadow on the device timeline is not a kernel"
 
 
+@pytest.mark.slow  # a model step in a subprocess
 def test_profile_step_runs_every_contender_on_the_cpu(tmp_path: Path) -> None:
     """profile_step at the tiny shape with --mode: stock, the exact tier unfused and through its fused head, and the
     unpatched model under rl_kernel.mode("exact"), each profiled (device times per family) and timed."""
