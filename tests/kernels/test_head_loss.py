@@ -60,6 +60,16 @@ def both(fn, h, w, tok, old, adv, mask, tier: str, frozen: bool = False, **kw):
     return out.loss.detach(), out.logprobs, out.entropy, hg.grad, wg.grad
 
 
+def with_input_grad(fn, tier: str, h, w, tok, old, adv, mask, **kw) -> tuple:
+    """(loss, dHidden, dWeight, dAdvantages) of fn when an input (the advantages: a critic's output) requires a
+    gradient too; its gradient must never be silently None."""
+    hg, wg, ag = (t.clone().requires_grad_() for t in (h, w, adv))
+    out = fn(hg, wg, tok, clipped, per_sequence(mask), (old, ag), tier=tier, entropy=True, **kw)
+    out.loss.backward()
+    assert ag.grad is not None, "the input's gradient is None"
+    return out.loss.detach(), hg.grad, wg.grad, ag.grad
+
+
 def same(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
@@ -74,6 +84,13 @@ def test_the_exact_tier_computes_the_composition() -> None:
     want = both(head_loss.composed, h, w, tok, old, adv, mask, "exact", **kw)
     assert all(same(a, b) for a, b in zip(got, want, strict=True))
     assert torch.isfinite(got[0]) and got[3].abs().sum() > 0 and got[4].abs().sum() > 0
+
+
+def test_an_input_that_requires_a_gradient_gets_the_compositions() -> None:
+    h, w, tok, old, adv, mask = _case(rows=20, vrows=64, vocab=61)
+    got = with_input_grad(rl_kernel.lm_head_loss, "exact", h, w, tok, old, adv, mask)
+    want = with_input_grad(head_loss.composed, "exact", h, w, tok, old, adv, mask)
+    assert all(same(a, b) for a, b in zip(got, want, strict=True)) and got[3].abs().sum() > 0
 
 
 def _bad(change: dict):
@@ -185,6 +202,10 @@ def _check_loss() -> dict[str, bool]:
     frozen = both(rl_kernel.lm_head_loss, h, w, tok, old, adv, mask, "fast", frozen=True, **kw)
     res["a frozen head: dHidden == the composition's, no dWeight"] = same(frozen[3], want[3]) and frozen[4] is None
     res["the gradients are not zero"] = bool(want[3].abs().sum() > 0 and want[4].abs().sum() > 0)
+    res["an input that requires a gradient: its gradient and every other == the composition's"] = all(
+        same(a, b) for a, b in zip(with_input_grad(rl_kernel.lm_head_loss, "fast", h, w, tok, old, adv, mask, **kw),
+                                   with_input_grad(head_loss.composed, "fast", h, w, tok, old, adv, mask, **kw),
+                                   strict=True))  # fmt: skip
     res.update(_refusals(h, w, tok, old, adv, mask))
     return res
 
