@@ -71,6 +71,13 @@ class Plan:
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
 
+    @classmethod
+    def of(cls, tier: str, vocab_size: int, chunk: int, ranks: tuple[Slice, ...], *, temperature: float | None,
+           ignore_index: int, entropy: bool, me: int = 0, exchange: rowtree.Exchange = _single) -> Plan:  # fmt: skip
+        """A call's plan: the tier resolved to its name once, the walk one chunk per call until _apply widens it."""
+        return cls(tiers.get(tier).name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy),
+                   tuple(ranks), me, exchange)  # fmt: skip
+
     @property
     def rows(self) -> int:
         """The whole head's weight rows (its N: the fast tier's BLOCK_K is pinned per (N, K))."""
@@ -385,8 +392,7 @@ def lm_head_logprobs(
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
     vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
     whole = (Slice(0, weight.shape[0], vocab),)
-    plan = Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
-                 bool(entropy), whole)  # fmt: skip
+    plan = Plan.of(tier, vocab, vocab_chunk, whole, temperature=temperature, ignore_index=ignore_index, entropy=entropy)
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 
@@ -435,8 +441,8 @@ def vocab_parallel(
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
         raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
-    plan = Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
-                 bool(entropy), tuple(ranks), me, exchange)  # fmt: skip
+    plan = Plan.of(tier, vocab, vocab_chunk, tuple(ranks), temperature=temperature, ignore_index=ignore_index,
+                   entropy=entropy, me=me, exchange=exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 

@@ -85,8 +85,8 @@ def lm_head_loss(
         return composed(hidden, weight, tokens, token_loss, reduce, inputs, tier=tier, bias=bias,
                         temperature=temperature, entropy=entropy, vocab_size=vocab_size, ignore_index=ignore_index,
                         vocab_chunk=vocab_chunk, validate=validate)  # fmt: skip
-    plan = head.Plan(tiers.get(tier).name, vocab, vocab_chunk, vocab_chunk, temperature, int(ignore_index),
-                     bool(entropy), (Slice(0, weight.shape[0], vocab),))  # fmt: skip
+    plan = head.Plan.of(tier, vocab, vocab_chunk, (Slice(0, weight.shape[0], vocab),), temperature=temperature,
+                        ignore_index=ignore_index, entropy=entropy)  # fmt: skip
     tok = head.flat_tokens(plan, hidden, tokens, validate)
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
