@@ -26,12 +26,12 @@ import os
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from rl_kernel.inputs import DTYPE_NAMES
+from rl_kernel.plugins import Registry
 
 ENTRY_POINT_GROUP = "rl_kernel.tiers"
 SCOPES = ("all-devices", "per-target")
@@ -249,33 +249,6 @@ def _load(spec: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def _folder_tiers() -> dict[str, Tier]:
-    """Tiers declared in a folder of this package: rl_kernel/<name>/tier.py with TIER."""
-    found = {}
-    root = Path(__file__).parent
-    for m in pkgutil.iter_modules([str(root)]):
-        if m.ispkg and (root / m.name / "tier.py").exists():
-            tier = importlib.import_module(f"rl_kernel.{m.name}.tier").TIER
-            found[tier.name] = _placed(tier, f"rl_kernel/{m.name}/tier.py")
-    return found
-
-
-def _entry_point_tiers() -> dict[str, Tier]:
-    """Tiers of other distributions: entry points in the group rl_kernel.tiers."""
-    found = {}
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            tier = ep.load()
-        except Exception as exc:  # a broken plug-in names itself instead of breaking every tier
-            raise TierError(
-                f"entry point {ep.name} = {ep.value!r} ({ENTRY_POINT_GROUP}) failed to load: {exc}"
-            ) from exc
-        if not isinstance(tier, Tier):
-            raise TierError(f"entry point {ep.name} = {ep.value!r} ({ENTRY_POINT_GROUP}) is not a rl_kernel.tiers.Tier")
-        found[tier.name] = _placed(tier, f"entry point {ep.value}")
-    return found
-
-
 def _placed(tier: Tier, origin: str) -> Tier:
     """The tier with where it was found: its origin, and its folder (its package's, or its module's folder)."""
     folder = tier.folder or Path(importlib.import_module(tier.package).__file__).parent
@@ -291,11 +264,8 @@ def tiers() -> dict[str, Tier]:
 
 @functools.cache
 def _discovered() -> tuple[tuple[str, Tier], ...]:
-    found = _folder_tiers()
-    for name, tier in _entry_point_tiers().items():
-        if name in found:
-            raise TierError(f"tier {name!r} is declared twice: {found[name].origin} and {tier.origin}")
-        found[name] = tier
+    found = Registry("tier", "rl_kernel", Path(__file__).parent, "tier", "TIER", ENTRY_POINT_GROUP, Tier, TierError,
+                     _placed).found()  # fmt: skip
     for tier in found.values():
         if tier.fallback and tier.fallback not in found:
             raise TierError(f"tier {tier.name!r} falls back to {tier.fallback!r}, which is not available")

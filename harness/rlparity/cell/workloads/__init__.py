@@ -14,13 +14,12 @@ probe (rlparity.cell.inventory) reports what an image offers; the host never imp
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from rl_kernel.plugins import Registry
 
 ENTRY_POINT_GROUP = "rlparity.workloads"
 SUITE_DIR = Path(__file__).resolve().parents[1] / "suite"
@@ -75,30 +74,6 @@ class Workload:
         return {"params": sorted(self.params), "needs": list(self.needs), "origin": self.origin}
 
 
-def _folder_workloads() -> dict[str, Workload]:
-    found = {}
-    here = Path(__file__).resolve().parent
-    for m in pkgutil.iter_modules([str(here)]):
-        if m.ispkg and (here / m.name / "workload.py").exists():
-            w = importlib.import_module(f"{__name__}.{m.name}.workload").WORKLOAD
-            found[w.name] = replace(w, origin=f"rlparity/cell/workloads/{m.name}/workload.py")
-    return found
-
-
-def _entry_point_workloads() -> dict[str, Workload]:
-    found = {}
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            w = ep.load()
-        except Exception as exc:  # a broken plug-in names itself
-            where = f"entry point {ep.name} = {ep.value!r} ({ENTRY_POINT_GROUP})"
-            raise WorkloadError(f"{where} failed to load: {exc}") from exc
-        if not isinstance(w, Workload):
-            raise WorkloadError(f"entry point {ep.name} = {ep.value!r} ({ENTRY_POINT_GROUP}) is not a Workload")
-        found[w.name] = replace(w, origin=f"entry point {ep.value}")
-    return found
-
-
 def workloads() -> dict[str, Workload]:
     """Every workload this installation offers, by name (a name given twice is an error naming both places);
     found once per process."""
@@ -107,12 +82,10 @@ def workloads() -> dict[str, Workload]:
 
 @functools.cache
 def _discovered() -> tuple[tuple[str, Workload], ...]:
-    found = _folder_workloads()
-    for name, w in _entry_point_workloads().items():
-        if name in found:
-            raise WorkloadError(f"workload {name!r} is declared twice: {found[name].origin} and {w.origin}")
-        found[name] = w
-    return tuple(sorted(found.items()))
+    here = Path(__file__).resolve().parent
+    registry = Registry("workload", __name__, here, "workload", "WORKLOAD", ENTRY_POINT_GROUP, Workload,
+                        WorkloadError, lambda w, where: replace(w, origin=where))  # fmt: skip
+    return tuple(registry.found().items())
 
 
 def get(name: str) -> Workload:
