@@ -35,14 +35,13 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from rl_kernel import rowtree, tiers
-from rl_kernel._library import ops
 from rl_kernel._validate import check_same_device, check_token_range, check_tokens
-from rl_kernel.exact.softmax.ops import divide_by_temperature, token_logprobs
-from rl_kernel.exact.softmax.ops import entropy as entropy_of
+from rl_kernel.exact.softmax.ops import divide_by_temperature
 from rl_kernel.rowtree import IGNORE, Slice
 from rl_kernel.tiers import HeadGemms
 
@@ -70,13 +69,17 @@ class Plan:
     ranks: tuple[Slice, ...]
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
+    gemms: Any = field(default=None, compare=False, repr=False)  # the tier's HeadGemms, resolved once per call
+    row_ops: Any = field(default=None, compare=False, repr=False)  # the tier's row operators (Tier.row_ops)
 
     @classmethod
     def of(cls, tier: str, vocab_size: int, chunk: int, ranks: tuple[Slice, ...], *, temperature: float | None,
            ignore_index: int, entropy: bool, me: int = 0, exchange: rowtree.Exchange = _single) -> Plan:  # fmt: skip
-        """A call's plan: the tier resolved to its name once, the walk one chunk per call until _apply widens it."""
-        return cls(tiers.get(tier).name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy),
-                   tuple(ranks), me, exchange)  # fmt: skip
+        """A call's plan: the tier resolved once (its name, GEMMs and row operators, which every step below uses),
+        the walk one chunk per call until _apply widens it."""
+        t = tiers.get(tier)
+        return cls(t.name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy), tuple(ranks), me,
+                   exchange, t.head_gemms(), t.row_ops())  # fmt: skip
 
     @property
     def rows(self) -> int:
@@ -145,7 +148,7 @@ def _forward_rows(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, to
     """One GEMM over the whole vocabulary per block of rows, then the unfused path's row kernels on the block's
     logits (the entropy from token_logprobs' statistics): `unfused`'s bits by construction, with one pass of the
     GEMM where the walk needs two for the entropy (which wants the row's final statistics before it sums)."""
-    g = tiers.get(plan.tier).head_gemms()
+    g = plan.gemms
     n = h.shape[0]
     logp = torch.empty(n, dtype=torch.float32, device=h.device)
     stats = torch.empty((n, 3), dtype=torch.float32, device=h.device)
@@ -165,35 +168,38 @@ def whole_rows(g: HeadGemms, plan: Plan, h, weight, bias, tokens) -> tuple[torch
     over the vocabulary and the unfused row kernels on its first vocab_size columns."""
     z = _chunk_logits(g, plan, h, weight, bias, plan.ranks[0])
     zv = z[:, : plan.vocab_size]
-    logp, stats = ops.token_logprobs(zv, tokens, plan.ignore_index)
-    return z, logp, stats, _entropy_given(zv, stats, plan.ranks[0]) if plan.want_entropy else None
+    logp, stats = plan.row_ops.token_logprobs(zv, tokens, plan.ignore_index)
+    return z, logp, stats, _entropy_given(plan, zv, stats) if plan.want_entropy else None
 
 
-def _entropy_given(z: torch.Tensor, stats: torch.Tensor, whole: Slice) -> torch.Tensor:
+def _entropy_given(plan: Plan, z: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
     """entropy(z) from the statistics token_logprobs gave for the same rows: the whole row's maximal nodes and
     their join (rowtree), the uncut row's bits without the entropy kernel's own pass for the statistics."""
-    return rowtree.join_entropy([rowtree.local_entropy(z, stats, whole)], stats, [whole])
+    whole, row_ops = plan.ranks[0], plan.row_ops
+    return rowtree.join_entropy([rowtree.local_entropy(z, stats, whole, row_ops)], stats, [whole], row_ops)
 
 
 def _forward_walk(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The vocabulary walk (numerics.md 12.3): every rank's chunks reduced to tree nodes, joined across chunks and
     ranks; the entropy recomputes each chunk's logits once the row's statistics are known."""
-    g = tiers.get(plan.tier).head_gemms()
+    g = plan.gemms
     chunks = plan.chunks(plan.me)
     nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)
     for s in chunks:
         z = _chunk_logits(g, plan, h, weight, bias, s)
-        nodes.append(rowtree.local_stats(z, s))
+        nodes.append(rowtree.local_stats(z, s, plan.row_ops))
         local = (tokens - s.start).clamp(0, s.width - 1)
         picked = torch.where(s.owns(tokens), z.gather(-1, local.unsqueeze(-1)).squeeze(-1).float(), picked)
-    stats = ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
+    stats = plan.row_ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
     own = plan.ranks[plan.me]
     mine = torch.where(own.owns(tokens), rowtree.logprob(picked, stats), torch.zeros_like(picked))
     logp = rowtree.join_token_logprobs(plan.exchange(mine.contiguous()), tokens, plan.ranks, plan.ignore_index)
     ent = None
     if plan.want_entropy:
-        parts = [rowtree.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s) for s in chunks]
-        ent = ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
+        parts = [
+            rowtree.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s, plan.row_ops) for s in chunks
+        ]
+        ent = plan.row_ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
     return logp, stats, ent
 
 
@@ -204,7 +210,7 @@ def _with_stats(joined: tuple, stats: torch.Tensor) -> tuple:
 
 def _backward(plan: Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     h, weight, bias, tokens, stats, ent = saved
-    g = tiers.get(plan.tier).head_gemms()
+    g = plan.gemms
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
     # dWeight and dBias preallocated, each chunk's rows stored in place: no second copy of them at the end.
     dw = torch.empty_like(weight) if need[1] else None
@@ -245,11 +251,13 @@ def _logit_grad(plan: Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> t
     """The chunk's logit gradient: each used output's slice backward, summed as autograd sums the two uses of the
     logits (in one pass where the kernel's rounding is torch's add: fp32 and bf16, not fp16)."""
     tok = None if g_logp is None else rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
+    row_ops = plan.row_ops
     if g_logp is not None and g_ent is not None and z.dtype != torch.float16:
-        return ops.logprobs_entropy_backward_slice(g_logp, g_ent, z, tok, stats, ent, plan.ignore_index, s.valid)
-    d = None if g_logp is None else ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index, s.valid)
+        return row_ops.logprobs_entropy_backward_slice(g_logp, g_ent, z, tok, stats, ent, plan.ignore_index, s.valid)
+    d = None if g_logp is None else row_ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index,
+                                                                          s.valid)  # fmt: skip
     if g_ent is not None:
-        de = ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
+        de = row_ops.entropy_backward_slice(g_ent, z, stats, ent, s.valid)
         d = de if d is None else d.add_(de)
     return d
 
@@ -410,7 +418,7 @@ def _apply(plan: Plan, hidden, weight, tokens, bias, validate: bool):
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     # The walk's width (read here, in the caller's thread: autograd runs a GPU backward in a thread of its own).
-    span = span_of(tiers.get(plan.tier).head_gemms(), h.shape[0], plan.chunk)
+    span = span_of(plan.gemms, h.shape[0], plan.chunk)
     plan = dataclasses.replace(plan, span=span)
     out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens, plan)
     if plan.want_entropy:
@@ -461,9 +469,10 @@ def unfused(
     """What lm_head_logprobs computes, the plain way: the logits materialised (the reference its tests hold it
     to, and the unfused path of the benchmarks)."""
     vocab = check_args(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
-    logits = tiers.get(tier).op("linear")(hidden, weight, bias)
+    t = tiers.get(tier)
+    logits = t.op("linear")(hidden, weight, bias)
     if temperature is not None:
         logits = divide_by_temperature(logits, temperature)
     logits = logits[..., :vocab]
-    logp = token_logprobs(logits, tokens, ignore_index)
-    return (logp, entropy_of(logits)) if entropy else logp
+    logp = t.op("token_logprobs")(logits, tokens, ignore_index)
+    return (logp, t.op("entropy")(logits)) if entropy else logp

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -120,17 +121,18 @@ def node_levels(own: Slice) -> tuple[list[int], list[int]]:
     return [lv for lv, _ in own.nodes], [ix for _, ix in own.nodes]
 
 
-def local_stats(local: torch.Tensor, own: Slice) -> torch.Tensor:
-    """The statistics (m, s) [..., n, 2] of the maximal nodes of this rank's slice."""
+def local_stats(local: torch.Tensor, own: Slice, row_ops: Any = ops) -> torch.Tensor:
+    """The statistics (m, s) [..., n, 2] of the maximal nodes of this rank's slice (row_ops: a tier's row
+    operators, Tier.row_ops; the exact tier's by default)."""
     check_logits(local, "local")
-    return ops.node_stats(local, own.chunk0, own.valid, *node_levels(own))
+    return row_ops.node_stats(local, own.chunk0, own.valid, *node_levels(own))
 
 
-def local_entropy(local: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
+def local_entropy(local: torch.Tensor, stats: torch.Tensor, own: Slice, row_ops: Any = ops) -> torch.Tensor:
     """The entropy sums [..., n] of the maximal nodes of this rank's slice, given the row's statistics."""
     check_logits(local, "local")
     check_on_one_device({"local": local, "stats": stats}, stats=torch.float32)
-    return ops.node_entropy(local, stats, own.chunk0, own.valid, *node_levels(own))
+    return row_ops.node_entropy(local, stats, own.chunk0, own.valid, *node_levels(own))
 
 
 def local_token_logprobs(local: torch.Tensor, tokens: torch.Tensor, stats: torch.Tensor, own: Slice) -> torch.Tensor:
@@ -159,10 +161,12 @@ def join_stats(parts: Sequence[torch.Tensor], slices: Sequence[Slice]) -> torch.
     return ops.join_stats(*joined(parts, slices, -2))
 
 
-def join_entropy(parts: Sequence[torch.Tensor], stats: torch.Tensor, slices: Sequence[Slice]) -> torch.Tensor:
+def join_entropy(
+    parts: Sequence[torch.Tensor], stats: torch.Tensor, slices: Sequence[Slice], row_ops: Any = ops
+) -> torch.Tensor:
     check_on_one_device({**named("parts", parts), "stats": stats}, parts=torch.float32, stats=torch.float32)
     values, levels, indices = joined(parts, slices, -1)
-    return ops.join_sum(values, stats, levels, indices)
+    return row_ops.join_sum(values, stats, levels, indices)
 
 
 def join_token_logprobs(

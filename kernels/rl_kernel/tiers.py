@@ -94,6 +94,10 @@ class Tier:
     operators    the operators the package itself provides (linear, attention, token_logprobs, ...)
     fallback     the tier whose operators (and fused-head GEMMs, with its linear) serve the ones this lacks
     head         import string `module:function` -> HeadGemms: the fused head's GEMMs (None: the fallback's)
+    rows         import string `module:attribute` -> the fused head's row operators over logits it holds (node_stats,
+                 node_entropy, join_stats, join_sum, token_logprobs with its statistics, and the slices' backward:
+                 token_logprobs_backward_slice, entropy_backward_slice, logprobs_entropy_backward_slice); None:
+                 the fallback's (a tier with its own softmax names its own here, or the fused head bypasses it)
     controls     negative controls, name -> import path of a module whose attributes replace operators while
                  $RL_KERNEL_CONTROL names the control; selftest and the gate must catch each
     compiled     its family folders hold C++/CUDA/HIP sources (built into rl_kernel._C; build_flags finds them)
@@ -115,6 +119,7 @@ class Tier:
     dtypes: tuple[str, ...] = DTYPES
     fallback: str | None = None
     head: str | None = None
+    rows: str | None = None
     controls: dict[str, str] = field(default_factory=dict)
     compiled: bool = False
     scan: str | None = None
@@ -196,6 +201,16 @@ class Tier:
         if below is None or "linear" in self.operators:
             raise TierError(f"rl_kernel: the {self.name} tier has no fused-head GEMMs (its descriptor names no head)")
         return below.head_gemms()
+
+    def row_ops(self) -> Any:
+        """The fused head's row operators: the tier's own, else its fallback's (a clear error when none has them)."""
+        if self.rows is not None:
+            return _load(self.rows)
+        below = self._fallback()
+        if below is None:
+            raise TierError(f"rl_kernel: the {self.name} tier has no row operators for the fused head (its "
+                            "descriptor names no rows and no fallback)")  # fmt: skip
+        return below.row_ops()
 
     # ---- families and golden digests ------------------------------------------------------------------
     def families(self) -> dict[str, ModuleType]:

@@ -40,10 +40,32 @@ FILES = {
             package="third_tier",
             operators=OPERATORS,
             fallback="exact",
+            rows="third_tier.rows:ROWS",
             controls={"reversed": "third_tier.reversed"},
             description="a third tier from a folder of its own",
         )
     """,
+    "third_tier/rows.py": '''
+        """The third tier's row operators for the fused head: the exact tier's compiled kernels, each call counted
+        (the probe's proof that the fused and the vocab-parallel head walk with this tier's, not the exact tier's)."""
+        from rl_kernel._library import ops as _exact
+
+        CALLS = {}
+
+
+        class _Counted:
+            def __getattr__(self, name):
+                fn = getattr(_exact, name)
+
+                def counted(*args, **kwargs):
+                    CALLS[name] = CALLS.get(name, 0) + 1
+                    return fn(*args, **kwargs)
+
+                return counted
+
+
+        ROWS = _Counted()
+    ''',
     "third_tier/reversed.py": '''
         """The control: token log-probs reduced over the reversed vocabulary (the same math, another order)."""
         import torch
@@ -90,9 +112,22 @@ with torch.no_grad():
 g = torch.Generator().manual_seed(0)
 h, w = torch.randn(5, 16, generator=g), torch.randn(100, 16, generator=g)
 t = torch.randint(0, 100, (5,), generator=g)
-fused = head.lm_head_logprobs(h, w, t, tier="third", vocab_chunk=32)
+from third_tier.rows import CALLS
+hg = h.clone().requires_grad_()
+fused = head.lm_head_logprobs(hg, w, t, tier="third", vocab_chunk=32)
+fused.sum().backward()
+out["the fused head walks the third tier's row operators, forward and backward"] = (
+    any(k.startswith("token_logprobs") or k.startswith("node_stats") for k in CALLS)
+    and any(k.endswith("backward_slice") for k in CALLS))
+CALLS.clear()
+parallel = head.vocab_parallel(h, w, t, None, vocab_start=0, vocab_size=100, tier="third", vocab_chunk=32)
+out["the vocab-parallel head walks them too"] = bool(CALLS) and bits_equal(parallel, fused.detach())
+CALLS.clear()
+exact_fused = head.lm_head_logprobs(h, w, t, tier="exact", vocab_chunk=32)
+out["the exact tier's head does not (the count's control)"] = not CALLS
+fused = fused.detach()
 out["fused head == unfused"] = bits_equal(fused, head.unfused(h, w, t, tier="third"))
-out["fused head == exact tier's"] = bits_equal(fused, head.lm_head_logprobs(h, w, t, tier="exact", vocab_chunk=32))
+out["fused head == exact tier's"] = bits_equal(fused, exact_fused)
 mine, theirs = golden.load("softmax", tier=third), golden.load("softmax")
 out["golden == exact's"] = bool(mine) and all(theirs[k] == v for k, v in mine.items())
 print(json.dumps(out))

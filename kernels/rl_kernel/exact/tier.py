@@ -14,6 +14,7 @@ TIER = Tier(
     package="rl_kernel.exact",
     operators=OPERATORS,
     head="rl_kernel.exact.head:gemms",
+    rows="rl_kernel._library:ops",  # the compiled row kernels (exact/softmax), which the fused head walks with
     compiled=True,
     scan="compiled",
     build=(*build_flags.CXX_FLAGS, *build_flags.NVCC_FLAGS, *build_flags.HIP_FLAGS),
