@@ -41,9 +41,9 @@ def test_shell_block_commands_are_valid(block: rc.Block) -> None:
 
 
 def test_the_kernels_snippet_uses_bitwise_diff_right_after_import() -> None:
-    (snippet,) = [
+    (snippet,) = [  # the first block of "Using the kernels" (the quick start above it calls token_logprobs too)
         b.text
-        for b in BLOCKS
+        for b in rc.blocks(_section(README, "Using the kernels"))
         if b.lang == "python" and "rl_kernel.token_logprobs" in b.text and "parallel" not in b.text
     ]
     assert "import rl_kernel\n" in snippet and "rl_kernel.bitwise.diff(" in snippet
