@@ -229,18 +229,18 @@ def grouped_mm(
 ) -> torch.Tensor:
     """aten::_grouped_mm as one `product` (the tier's mm) per group, so that every row of a group has the tier's
     linear bits whatever rows, and however many, its expert received (`grouped`: the tier's own grouped GEMM for the
-    first form, one launch with the per-group products' bits, where it has one):
+    two forms with offs, one launch each, where it has one):
     - a [S, K] (tokens sorted by expert), b [E, K, N], offs [E]: out[rows of g] = a[rows of g] @ b[g] (the experts'
       forward and, with b transposed, their dX); rows past the last group are zeros;
     - a [K, S], b [S, N], offs [E]: out [E, K, N], out[g] = a[:, tokens of g] @ b[tokens of g] (their dW, a sum over
       the group's tokens in token order, the tier's dW chain); an empty group's is zeros;
     - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g]."""
+    if grouped is not None and a.dim() == 2 and b.dim() in (2, 3) and offs is not None:
+        try:
+            return grouped(a, b, offs)
+        except ValueError as exc:  # bad offs or shapes, named by the tier's operator
+            raise ModeError(str(exc)) from None
     if a.dim() == 2 and b.dim() == 3 and offs is not None:
-        if grouped is not None:
-            try:
-                return grouped(a, b, offs)
-            except ValueError as exc:  # bad offs or shapes, named by the tier's operator
-                raise ModeError(str(exc)) from None
         out = a.new_zeros((a.shape[0], b.shape[2]))
         for g, (s, e) in enumerate(group_bounds(offs, b.shape[0], a.shape[0], "rows")):
             if e > s:

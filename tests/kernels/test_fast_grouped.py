@@ -11,6 +11,7 @@ import torch
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel.fast as fast
+from rl_kernel import mode_ops
 from rl_kernel.bitwise import bits_equal
 
 
@@ -18,6 +19,12 @@ from rl_kernel.bitwise import bits_equal
 def test_interpreter_grouped_gemm() -> None:
     found = interpret(__file__, "grouped")
     assert len(found) == 9 and not failed(found), failed(found)
+
+
+@pytest.mark.slow
+def test_interpreter_grouped_dweight() -> None:
+    found = interpret(__file__, "dw")
+    assert len(found) == 6 and not failed(found), failed(found)
 
 
 def test_bad_offsets_are_refused_by_name() -> None:
@@ -58,5 +65,38 @@ def _check_grouped() -> dict[str, bool]:
     return res
 
 
+def _check_dw() -> dict[str, bool]:
+    """The experts' dW in one launch: out[g] = a[:, tokens of g] @ b[tokens of g] (a the transposed view autograd
+    hands aten::_grouped_mm, h^T), each expert's the bits of fast.mm of its tokens alone, whatever the others."""
+    g = torch.Generator().manual_seed(4)
+    s, m, n = 1300, 200, 272  # token counts 0, 1, 45, 1000 (15 x 64 + 40: a K tail) and 254; M, N not tile multiples
+    h = torch.randn(s, m, generator=g).half()  # fp16's output rounding hides fewer K orders than bf16's
+    dy = torch.randn(s, n, generator=g).half()
+    offs = torch.tensor([0, 1, 46, 1046, 1300], dtype=torch.int32)
+    spans = [(0, 0), (0, 1), (1, 46), (46, 1046), (1046, 1300)]
+    out = fast.grouped_mm(h.t(), dy, offs)
+    alone = [fast.mm(h[lo:hi].t(), dy[lo:hi]) if hi > lo else None for lo, hi in spans]
+    res = {"each expert's dW == fast.mm of its tokens alone": all(
+        bits_equal(out[e], w) for e, w in enumerate(alone) if w is not None)}  # fmt: skip
+    res["an expert of no token: zeros"] = bool((out[0] == 0).all())
+    ref = torch.stack([h[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in spans])
+    res["near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())
+    moved = fast.grouped_mm(h.t(), dy, torch.tensor([0, 40, 46, 1046, 1300], dtype=torch.int32))  # expert 1 takes 39 more
+    res["an expert's dW does not depend on the others' tokens"] = bits_equal(moved[3], out[3]) and bits_equal(
+        moved[4], out[4])  # fmt: skip
+    lin = fast.linear_kernels
+    cfg = dict(lin.config_for("linear_dw", lin.target_of(h.device)), tma=False)
+    cfg["block_k"] //= 2  # another K order over the tokens: the case must tell it from the pinned one
+    res["the case tells the K order (half the BLOCK_K differs)"] = not bits_equal(
+        lin.grad_w_2d(dy[46:1046], h[46:1046], cfg=cfg).t(), out[3])  # fmt: skip
+
+    def no_product(*_):
+        raise AssertionError("the mode's per-expert loop ran")
+
+    served = mode_ops.grouped_mm(h.t(), dy, offs, no_product, fast.grouped_mm)
+    res["the mode serves aten::_grouped_mm's dW form with this kernel"] = bits_equal(served, out)
+    return res
+
+
 if __name__ == "__main__":
-    serve({"grouped": _check_grouped})
+    serve({"grouped": _check_grouped, "dw": _check_dw})

@@ -75,16 +75,21 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """A mixture of experts' grouped GEMM (aten::_grouped_mm's 2-d x 3-d form) in one launch: a [S, K] tokens sorted
-    by expert, b [E, K, N], offs [E] each expert's end row; out[rows of g] = a[rows of g] @ b[g], each row the bits
-    of rl_kernel.fast.mm of its expert's rows (grouped_kernels). No autograd of its own (the mode serves it below
-    autograd: aten's formulas differentiate it)."""
+    """A mixture of experts' grouped GEMM in one launch (grouped_kernels), aten::_grouped_mm's two forms with offs
+    [E] (each expert's end row or token):
+    - a [S, K] tokens sorted by expert, b [E, K, N]: out[rows of g] = a[rows of g] @ b[g], each row the bits of
+      rl_kernel.fast.mm of its expert's rows (the experts' forward and dX);
+    - a [M, S], b [S, N]: out [E, M, N], out[g] = a[:, tokens of g] @ b[tokens of g], the fast dW's order over each
+      expert's tokens (their dW).
+    No autograd of its own (the mode serves it below autograd: aten's formulas differentiate it)."""
     check_tensors(NAME, "grouped_mm", a=a, b=b)
-    if a.dim() != 2 or b.dim() != 3 or a.shape[1] != b.shape[1] or offs.dim() != 1:
-        raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K], b [E, K, N], offs [E], got {tuple(a.shape)}, "
-                         f"{tuple(b.shape)}, {tuple(offs.shape)}")  # fmt: skip
+    rows = a.dim() == 2 and b.dim() == 3 and a.shape[1] == b.shape[1]
+    tokens = a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
+    if not (rows or tokens) or offs.dim() != 1:
+        raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K] and b [E, K, N], or a [M, S] and b [S, N], with offs "
+                         f"[E], got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(offs.shape)}")  # fmt: skip
     require_triton(NAME)
-    return grouped_kernels.grouped_mm(a, b, offs)
+    return grouped_kernels.grouped_mm(a, b, offs) if rows else grouped_kernels.grouped_dw(a, b, offs)
 
 
 def attention(

@@ -212,6 +212,15 @@ def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict):
     return _compile(fn, types, const, target, options)
 
 
+def compile_grouped_dw(target: str, dtype: str, tile: dict, options: dict):
+    """The experts' dW in one launch (each expert's sum over its tokens), A K-contiguous as grouped_dw copies it."""
+    fn = grouped_kernels._grouped_dw_kernel
+    types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
+    types["table_ptr"] = "*i64"
+    const = {"stride_ak": 1, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"], "BLOCK_K": tile["block_k"]}
+    return _compile(fn, types, const, target, options)
+
+
 def _options(t: dict, tile: dict, prefix: str = "") -> dict:
     return {"num_warps": tile[prefix + "num_warps"], "num_stages": tile[prefix + "num_stages"], **t["launch"]}
 
@@ -238,6 +247,8 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
             k = compile_gemm(target, dtype, "dw", dw, _options(t, dw), chain=chain)
             name = f"linear.dw{' chain' if chain else ''}{' (tma)' if dw.get('tma') else ''}"
             out.append(scan(k, name, target, dtype, dw, {dw["block_k"]}, True))
+        k = compile_grouped_dw(target, dtype, dw, _options(t, dw))  # the pointer kernel with dW's pinned tile
+        out.append(scan(k, "linear.grouped dw", target, dtype, dw, {dw["block_k"]}, True))
         types = {"x_ptr": _ptr(dtype), "out_ptr": _ptr(dtype), "M": "i32", "N": "i32"}
         k = _compile(
             linear_kernels._colsum_kernel,

@@ -8,8 +8,14 @@ pointer tile, ascending in steps of the BLOCK_K that config_for pins for (N, K),
 rounded once), and a tile's rows never meet: how many rows an expert received, where its group starts, which tile
 shape covers them change no row. The form is the one fast.mm would pick for one expert's product (mm_form: b[g] the
 transpose of a row-major [N, K] weight is the forward, "linear"'s configs; b[g] row-major is dX, "linear_dx"'s), so
-these bits are the per-expert loop's. The experts' dW (a sum over each expert's tokens) stays a product per expert:
-the fast dW kernel's fixed order over the tokens.
+these bits are the per-expert loop's.
+
+    out[g] = a[:, tokens of g] @ b[tokens of g]      a [M, S], b [S, N], offs [E]: the experts' dW, out [E, M, N]
+
+The experts' dW in one launch too (grouped_dw): each expert's sum over its own tokens in the fast dW's order (the
+tokens ascending in steps of linear_dw's pinned BLOCK_K, one dot per step, fp32 from +0, rounded once), A read
+K-contiguous as grad_w_2d's pointer path reads it; an expert's tokens never meet another's, so its dW does not depend
+on the others. An expert with no token gets zeros.
 """
 
 from __future__ import annotations
@@ -42,6 +48,48 @@ def _grouped_gemm_kernel(
     acc = _pointer_tile(a_ptr + start * stride_am, b_ptr + g * stride_bg, acc, offs_m, offs_n, rows, N, K, stride_am,
                         stride_ak, stride_bk, stride_bn, EVEN_K, BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr + start * stride_cm, c_ptr, offs_m, offs_n, rows, N, stride_cm, 1, False, False)
+
+
+@_jit(do_not_specialize=["tiles"])
+def _grouped_dw_kernel(
+    a_ptr, b_ptr, c_ptr, table_ptr, tiles, M, N, stride_am, stride_ak, stride_bk, stride_bn, stride_cg, stride_cm,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """Program (i, j): row tile i of the host's table (int64 [4, tiles]: its expert g, g's first token, g's token
+    count, the tile's first row of M), column tile j. C[g] = A[:, tokens of g] @ B[tokens of g] with _pointer_tile's
+    K loop over the expert's tokens (masked at its end: the count is the launch's, not a constexpr)."""
+    pid = tl.program_id(0)
+    g = tl.load(table_ptr + pid)
+    start = tl.load(table_ptr + tiles + pid)
+    count = tl.load(table_ptr + 2 * tiles + pid)
+    offs_m = tl.load(table_ptr + 3 * tiles + pid) + tl.arange(0, BLOCK_M)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = _pointer_tile(a_ptr + start * stride_ak, b_ptr + start * stride_bk, acc, offs_m, offs_n, M, N, count,
+                        stride_am, stride_ak, stride_bk, stride_bn, False, BLOCK_K)  # fmt: skip
+    _store_tile(acc, c_ptr + g * stride_cg, c_ptr, offs_m, offs_n, M, N, stride_cm, 1, False, False)
+
+
+def grouped_dw(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """out [E, M, N]: out[g] = a[:, tokens of g] @ b[tokens of g] (a [M, S], b [S, N], offs: each expert's end token),
+    one launch; an expert of no token gets zeros. The bits of grad_w_2d's pointer kernel on that expert's tokens."""
+    m, s = a.shape
+    n, e = b.shape[1], offs.shape[0]
+    out = a.new_zeros((e, m, n))
+    spans = [(g, lo, hi - lo) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "tokens", WHERE)) if hi > lo]
+    if not spans or m == 0 or n == 0:
+        return out
+    cfg = config_for("linear_dw", target_of(a.device))
+    bm, bn = cfg["block_m"], cfg["block_n"]
+    tiles = [(g, lo, count, r) for g, lo, count in spans for r in range(0, m, bm)]
+    table = torch.tensor(tiles, dtype=torch.int64).t().contiguous().to(a.device)
+    a = a.contiguous()  # K (the tokens) contiguous, as grad_w_2d's pointer path copies dY^T
+    launch(
+        _grouped_dw_kernel, (len(tiles), triton.cdiv(n, bn)), a, b, out, table, len(tiles), m, n, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
+    )  # fmt: skip
+    return out
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
