@@ -81,7 +81,8 @@ def _check_dw() -> dict[str, bool]:
     res["an expert of no token: zeros"] = bool((out[0] == 0).all())
     ref = torch.stack([h[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in spans])
     res["near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())
-    moved = fast.grouped_mm(h.t(), dy, torch.tensor([0, 40, 46, 1046, 1300], dtype=torch.int32))  # expert 1 takes 39 more
+    elsewhere = torch.tensor([0, 40, 46, 1046, 1300], dtype=torch.int32)  # expert 1 takes 39 of expert 2's tokens
+    moved = fast.grouped_mm(h.t(), dy, elsewhere)
     res["an expert's dW does not depend on the others' tokens"] = bits_equal(moved[3], out[3]) and bits_equal(
         moved[4], out[4])  # fmt: skip
     lin = fast.linear_kernels
