@@ -30,10 +30,10 @@ def test_each_logits_workload_builds_its_episodes_through_its_descriptor():
     """build_episode finds the builder in the workload's own folder (no central list); one without any says so."""
     assert workloads.get("plain").episode is episodes.make_episode
     assert workloads.get("edges").episode is W.make_edge_episode
-    built = episodes.build_episode("edges", 2, 32, 4099, "fp32", seed=1)
+    built = workloads.build_episode("edges", 2, 32, 4099, "fp32", seed=1)
     assert bits_equal(built.logits, W.make_edge_episode(2, 32, 4099, "fp32", 1).logits)  # NaN rows: bits
     with pytest.raises(ValueError, match="workload 'model' builds no episode of logits"):
-        episodes.build_episode("model", 1, 4, 64, "fp32")
+        workloads.build_episode("model", 1, 4, 64, "fp32")
 
 
 def test_the_edges_shape_set_is_odd_and_names_its_workload():

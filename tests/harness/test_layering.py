@@ -1,6 +1,7 @@
-"""The harness's layering, as import-linter contracts (pyproject.toml, [tool.importlinter]): the host never
-imports the cell side, rl_kernel or torch (one contract, "host"); the cell imports only the plain-data host
-modules; rl_kernel never imports the harness. The contracts hold, they cover every host module, and they can fail."""
+"""The layering, as import-linter contracts (pyproject.toml, [tool.importlinter]): the host never imports the cell
+side, rl_kernel or torch (one contract, "host"); the cell imports only the plain-data host modules; rl_kernel never
+imports the harness; rl_kernel, rlparity and rlparity.cell each in layers (no upward import, so no circle). The
+contracts hold, they cover every module, and they can fail."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def host_modules() -> set[str]:
 def test_the_contracts_hold():
     proc = lint_imports(ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "3 kept, 0 broken" in proc.stdout
+    assert "6 kept, 0 broken" in proc.stdout
 
 
 def test_every_host_module_is_under_the_host_contract():
@@ -102,3 +103,36 @@ def test_a_host_import_of_the_cell_side_breaks_the_contract(tmp_path):
     assert "rlparity.gate -> rlparity.cell.controls" in out, out[-4000:]
     assert "rlparity.gate is not allowed to import rl_kernel" in out, out[-4000:]
     assert "rlparity.gate is not allowed to import torch" in out, out[-4000:]
+
+
+def layered(contract: str) -> set[str]:
+    return {m.strip() for layer in contracts()[contract]["layers"] for m in layer.split(":")}
+
+
+def children(package: str, folder: Path, skip: set[str] = frozenset()) -> set[str]:
+    """The modules and subpackages directly under a package's folder."""
+    names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    names |= {p.name for p in folder.iterdir() if (p / "__init__.py").exists()}
+    return {f"{package}.{n}" for n in names - skip}
+
+
+def test_every_module_is_in_its_packages_layers():
+    """A new module must take a layer, or an upward import from it would pass unseen."""
+    kernels = ROOT / "kernels" / "rl_kernel"
+    assert layered("kernel-layers") == children("rl_kernel", kernels)
+    assert layered("harness-layers") == children("rlparity", PACKAGE, {"data"})
+    assert layered("cell-layers") == children("rlparity.cell", PACKAGE / "cell")
+
+
+def test_an_upward_import_breaks_the_layers(tmp_path):
+    """In a copy, the ground of each package imports a module above it: each layers contract fails, by name."""
+    pkgs = copy_packages(tmp_path)
+    for path, line in ((pkgs / "rl_kernel" / "inputs.py", "import rl_kernel.head"),
+                       (pkgs / "rlparity" / "cell" / "episodes.py", "from rlparity.cell import workloads"),
+                       (pkgs / "rlparity" / "config.py", "from rlparity import gate")):  # fmt: skip
+        path.write_text(path.read_text() + f"\n{line}  # noqa: E402,F401\n")
+    proc = lint_imports(tmp_path, pythonpath=str(pkgs))
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode != 0, out[-4000:]
+    for contract in ("kernel-layers", "harness-layers", "cell-layers"):
+        assert f"{contracts()[contract]['name']} BROKEN" in out, (contract, out[-4000:])

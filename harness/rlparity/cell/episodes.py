@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import torch
 
 from rl_kernel import inputs
-from rlparity.cell import workloads
 
 IGNORE = -100
 HEAD_ROWS = 8  # batch_views' small batch
@@ -51,15 +50,6 @@ def make_episode(batch: int, seq: int, vocab: int, dtype: str, seed: int = 0) ->
         tokens[b, n:] = IGNORE
     advantages = torch.randn(batch, seq, generator=g)
     return Episode(logits, tokens, tuple(lengths), advantages)
-
-
-def build_episode(workload: str, batch: int, seq: int, vocab: int, dtype: str, seed: int = 0) -> Episode:
-    """The episode of a cell's workload for one shape: its descriptor's own builder (rlparity.cell.workloads:
-    Workload.episode; plain's is make_episode, edges' rlparity.cell.workloads.edges.episode)."""
-    build = workloads.get(workload).episode
-    if build is None:
-        raise ValueError(f"workload {workload!r} builds no episode of logits (its descriptor names no `episode`)")
-    return build(batch, seq, vocab, dtype, seed)
 
 
 def to_device(t: torch.Tensor, device: torch.device | str) -> torch.Tensor:

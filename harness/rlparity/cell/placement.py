@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlparity.cell.episodes import build_episode, to_device
+from rlparity.cell.episodes import to_device
+from rlparity.cell.workloads import build_episode
 from rlparity.cells import DEFAULT_WORKLOAD
 
 

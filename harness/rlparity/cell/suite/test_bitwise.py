@@ -11,13 +11,13 @@ from rlparity.cell.controls import logprob_fn, stats_fn, token_fn
 from rlparity.cell.episodes import (
     IGNORE,
     batch_views,
-    build_episode,
     rollout_logprobs,
     to_device,
     training_logprobs,
 )
 from rlparity.cell.placement import devices, slice_comparisons, split_tps, split_training
 from rlparity.cell.suite.plugin import check_committed
+from rlparity.cell.workloads import build_episode
 
 
 def make_episode(shape, cell):

@@ -43,7 +43,7 @@ class Workload:
     golden    its committed digests' compute function (None: the workload commits none)
     params    the parameters it takes, each with its default
     needs     the tier operators its suite calls (a cell whose tier lacks one is skipped with that reason)
-    episode   a logits workload's episode builder, which rlparity.cell.episodes.build_episode finds here (None:
+    episode   a logits workload's episode builder, which build_episode (below) finds here (None:
               the workload builds its own inputs)
     """
 
@@ -93,3 +93,13 @@ def get(name: str) -> Workload:
     if name not in known:
         raise WorkloadError(f"no workload {name!r} here (offered: {', '.join(known)})")
     return known[name]
+
+
+def build_episode(workload: str, batch: int, seq: int, vocab: int, dtype: str, seed: int = 0) -> Any:
+    """The episode (rlparity.cell.episodes.Episode) of a cell's workload for one shape: its descriptor's own builder
+    (Workload.episode; plain's is rlparity.cell.episodes.make_episode, edges' rlparity.cell.workloads.edges.episode).
+    Here, beside the registry, so that episodes.py (which the workloads import) imports no workload."""
+    build = get(workload).episode
+    if build is None:
+        raise ValueError(f"workload {workload!r} builds no episode of logits (its descriptor names no `episode`)")
+    return build(batch, seq, vocab, dtype, seed)
