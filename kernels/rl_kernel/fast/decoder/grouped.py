@@ -30,6 +30,16 @@ from rl_kernel.triton_tier import launch, target_of
 WHERE = "rl_kernel.fast.grouped_mm"
 
 
+@_jit
+def _tile(table_ptr, tiles, BLOCK_M: tl.constexpr):
+    """Program i's column of the host's table (int64 [4, tiles], _table): its expert, the expert's first row (or
+    token), their count, and the tile's rows."""
+    pid = tl.program_id(0)
+    first = tl.load(table_ptr + 3 * tiles + pid)
+    return (tl.load(table_ptr + pid), tl.load(table_ptr + tiles + pid), tl.load(table_ptr + 2 * tiles + pid),
+            first + tl.arange(0, BLOCK_M))  # fmt: skip
+
+
 @_jit(do_not_specialize=["tiles"])
 def _grouped_gemm_kernel(
     a_ptr, b_ptr, c_ptr, table_ptr, tiles, N, K, stride_am, stride_ak, stride_bg, stride_bk, stride_bn, stride_cm,
@@ -38,11 +48,7 @@ def _grouped_gemm_kernel(
     """Program (i, j): row tile i of the host's table (int64 [4, tiles]: its expert g, g's first row in A and C, g's
     row count, the tile's first row within the group), column tile j. C[rows of g] = A[rows of g] @ B[g] with
     _pointer_tile's K loop."""
-    pid = tl.program_id(0)
-    g = tl.load(table_ptr + pid)
-    start = tl.load(table_ptr + tiles + pid)
-    rows = tl.load(table_ptr + 2 * tiles + pid)
-    offs_m = tl.load(table_ptr + 3 * tiles + pid) + tl.arange(0, BLOCK_M)
+    g, start, rows, offs_m = _tile(table_ptr, tiles, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _pointer_tile(a_ptr + start * stride_am, b_ptr + g * stride_bg, acc, offs_m, offs_n, rows, N, K, stride_am,
@@ -58,16 +64,24 @@ def _grouped_dw_kernel(
     """Program (i, j): row tile i of the host's table (int64 [4, tiles]: its expert g, g's first token, g's token
     count, the tile's first row of M), column tile j. C[g] = A[:, tokens of g] @ B[tokens of g] with _pointer_tile's
     K loop over the expert's tokens (masked at its end: the count is the launch's, not a constexpr)."""
-    pid = tl.program_id(0)
-    g = tl.load(table_ptr + pid)
-    start = tl.load(table_ptr + tiles + pid)
-    count = tl.load(table_ptr + 2 * tiles + pid)
-    offs_m = tl.load(table_ptr + 3 * tiles + pid) + tl.arange(0, BLOCK_M)
+    g, start, count, offs_m = _tile(table_ptr, tiles, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _pointer_tile(a_ptr + start * stride_ak, b_ptr + start * stride_bk, acc, offs_m, offs_n, M, N, count,
                         stride_am, stride_ak, stride_bk, stride_bn, False, BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr + g * stride_cg, c_ptr, offs_m, offs_n, M, N, stride_cm, 1, False, False)
+
+
+def _groups(offs: torch.Tensor, groups: int, total: int, what: str) -> list[tuple[int, int, int]]:
+    """(expert, first row or token, count) of every expert that got any (one host read of offs)."""
+    return [(g, lo, hi - lo) for g, (lo, hi) in enumerate(group_bounds(offs, groups, total, what, WHERE)) if hi > lo]
+
+
+def _table(spans: list[tuple[int, int, int]], rows_of, block_m: int, device: torch.device) -> torch.Tensor:
+    """The kernels' tile table (int64 [4, tiles], one copy to the device): a column per BLOCK_M rows of each span's
+    output, rows_of(count) of them (an expert's rows in the forward, M in the dW)."""
+    tiles = [(g, lo, count, r) for g, lo, count in spans for r in range(0, rows_of(count), block_m)]
+    return torch.tensor(tiles, dtype=torch.int64).t().contiguous().to(device)
 
 
 def grouped_dw(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -76,16 +90,16 @@ def grouped_dw(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Te
     m, s = a.shape
     n, e = b.shape[1], offs.shape[0]
     out = a.new_zeros((e, m, n))
-    spans = [(g, lo, hi - lo) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "tokens", WHERE)) if hi > lo]
+    spans = _groups(offs, e, s, "tokens")
     if not spans or m == 0 or n == 0:
         return out
     cfg = config_for("linear_dw", target_of(a.device))
     bm, bn = cfg["block_m"], cfg["block_n"]
-    tiles = [(g, lo, count, r) for g, lo, count in spans for r in range(0, m, bm)]
-    table = torch.tensor(tiles, dtype=torch.int64).t().contiguous().to(a.device)
+    table = _table(spans, lambda _: m, bm, a.device)
     a = a.contiguous()  # K (the tokens) contiguous, as grad_w_2d's pointer path copies dY^T
+    tiles = table.shape[1]
     launch(
-        _grouped_dw_kernel, (len(tiles), triton.cdiv(n, bn)), a, b, out, table, len(tiles), m, n, a.stride(0),
+        _grouped_dw_kernel, (tiles, triton.cdiv(n, bn)), a, b, out, table, tiles, m, n, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
     )  # fmt: skip
@@ -98,17 +112,17 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Te
     s, k = a.shape
     e, _, n = b.shape
     out = a.new_zeros((s, n))
-    spans = [(g, lo, hi - lo) for g, (lo, hi) in enumerate(group_bounds(offs, e, s, "rows", WHERE)) if hi > lo]
+    spans = _groups(offs, e, s, "rows")
     if not spans or n == 0 or k == 0:
         return out
     form = "linear" if mm_form(a, b[0]) == "forward" else "linear_dx"
     cfg = config_for(form, target_of(a.device), m=max(rows for *_, rows in spans), n=n, k=k)
     bm, bn = cfg["block_m"], cfg["block_n"]
-    tiles = [(g, lo, rows, r) for g, lo, rows in spans for r in range(0, rows, bm)]
-    table = torch.tensor(tiles, dtype=torch.int64).t().contiguous().to(a.device)  # one copy to the device
+    table = _table(spans, lambda rows: rows, bm, a.device)
     a = a if a.stride(1) == 1 else a.contiguous()
+    tiles = table.shape[1]
     launch(
-        _grouped_gemm_kernel, (len(tiles), triton.cdiv(n, bn)), a, b, out, table, len(tiles), n, k, a.stride(0),
+        _grouped_gemm_kernel, (tiles, triton.cdiv(n, bn)), a, b, out, table, tiles, n, k, a.stride(0),
         a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), EVEN_K=k % cfg["block_k"] == 0,
         BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **cfg["launch"],
