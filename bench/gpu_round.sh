@@ -24,11 +24,12 @@
 #              and the digests they recorded
 #   fastctl    the fast tier's negative controls through the gate (RL_KERNEL_CONTROL=split-k, BLOCK_K 32)
 #   benchmarks (python -m bench NAME): bench (token_logprobs), row, decoder, profile (profile_decode), pstep
-#              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench, PSTEP_ARGS its flags), mbench
+#              (profile_step: the training step's time per kernel family, stock vs fast; MODEL as mbench, PSTEP_ARGS its flags,
+#              PSTEP_TAG a suffix for its files), mbench
 #              (model_step; MODEL=qwen3-8b for the 8B shape, MBENCH_ARGS its other flags, MBENCH_TAG a suffix for its
 #              files), fhead (fused_head; FHEAD_ARGS its flags, FHEAD_TAG a suffix for its files),
 #              fbench (fast_tier), launch (launch_cost: the host's cost of one decoder op), rprof (profile_rollout;
-#              RPROF_ARGS its flags), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
+#              RPROF_ARGS its flags, RPROF_TAG a suffix for its files), rmodes (rollout_modes: tokens/s of each rollout mode and their bits; RMODES_ARGS
 #              its flags, RMODES_TAG a suffix for its files), rproc (rollout_process: stock and the tier side by side
 #              in one process, compiled first; RPROC_ARGS its flags, RPROC_TAG a suffix for its files), gemm
 #              (grouped_gemm: a mixture of experts' grouped GEMM under the mode against torch._grouped_mm; GEMM_ARGS
@@ -183,15 +184,15 @@ for s in $steps; do
     decoder) step decoder-bench python3 -m bench decoder --json "$out/decoder.json" ;;
     profile) step profile-decode python3 -m bench profile_decode --json "$out/profile_decode.json" ;;
     pstep) # shellcheck disable=SC2086 # PSTEP_ARGS: flags, split on purpose
-           step profile-step python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" ${PSTEP_ARGS:-} \
-             --json "$out/profile_step.json" --markdown "$out/profile_step.md" ;;
+           step "profile-step${PSTEP_TAG:-}" python3 -m bench profile_step --model "${MODEL:-qwen3-1.7b}" ${PSTEP_ARGS:-} \
+             --json "$out/profile_step${PSTEP_TAG:-}.json" --markdown "$out/profile_step${PSTEP_TAG:-}.md" ;;
     mbench) # shellcheck disable=SC2086 # MBENCH_ARGS: flags, split on purpose
             step "model-bench${MBENCH_TAG:-}" python3 -m bench model_step --model "${MODEL:-qwen3-1.7b}" ${MBENCH_ARGS:-} \
               --json "$out/model_step${MBENCH_TAG:-}.json" ;;
     launch) step launch-cost python3 -m bench launch_cost --json "$out/launch_cost.json" ;;
     rprof) # shellcheck disable=SC2086 # RPROF_ARGS: flags, split on purpose
-           step profile-rollout python3 -m bench profile_rollout ${RPROF_ARGS:-} --json "$out/profile_rollout.json" \
-             --markdown "$out/profile_rollout.md" ;;
+           step "profile-rollout${RPROF_TAG:-}" python3 -m bench profile_rollout ${RPROF_ARGS:-} \
+             --json "$out/profile_rollout${RPROF_TAG:-}.json" --markdown "$out/profile_rollout${RPROF_TAG:-}.md" ;;
     rmodes) # shellcheck disable=SC2086 # RMODES_ARGS: flags, split on purpose
             step "rollout-modes${RMODES_TAG:-}" python3 -m bench rollout_modes --model "${MODEL:-qwen3-1.7b}" \
               ${RMODES_ARGS:-} --json "$out/rollout_modes${RMODES_TAG:-}.json" ;;

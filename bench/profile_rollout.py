@@ -1,6 +1,7 @@
 """Where a rollout spends its time: the device time per kernel family of generate(), and how busy the device is.
 
     python -m bench profile_rollout [--model qwen3-1.7b] [--tiers stock,fast] [--mode eager|static|compiled]
+                                    [--layers N]
                                     [--prompts 32,128] [--new 32] [--json out.json] [--markdown out.md]
 
 For each tier and prompt count (prompts of 64..256 tokens left padded, greedy, the mode's cache and compile
@@ -94,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="qwen3-1.7b", choices=sorted(model_shapes.SHAPES))
     ap.add_argument("--tiers", default=None, help="default stock,fast (stock,exact without a GPU)")
     ap.add_argument("--mode", default="eager", choices=MODES)
+    ap.add_argument("--layers", type=int, default=None, help="override the model's layers")
     ap.add_argument("--prompts", default="32,128")
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--json")
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     device = "cuda" if timing.gpu() else "cpu"
     args.tiers = args.tiers or ("stock,fast" if timing.gpu() else "stock,exact")
-    shape = model_shapes.shape(args.model)
+    shape = model_shapes.shape(args.model, layers=args.layers)
     model = model_shapes.build(shape, "bf16" if timing.gpu() else "fp32", 0, device)
     record: dict = {"args": vars(args), "environment": environment(), "runs": {}}
     for b in sorted(int(p) for p in args.prompts.split(",")):

@@ -1,7 +1,7 @@
 """Where an RL training step spends its time: the device time per kernel family, stock against the fast tier.
 
     python -m bench profile_step [--model qwen3-1.7b|qwen3-8b|tiny] [--train-batch 8] [--train-len 1024]
-                                 [--steps 2] [--mode] [--top 12] [--json out.json]
+                                 [--steps 2] [--mode] [--only stock,mode-fast] [--top 12] [--json out.json]
                                  [--markdown out.md]
 
 One training step (model_step.train_step: forward over --train-batch x --train-len tokens with autograd, token
@@ -38,6 +38,7 @@ LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the
 # exact tier's CUDA/HIP kernels; flash / cuDNN attention).
 BY_KERNEL = (
+    ("experts gemm", r"grouped"),  # torch._grouped_mm's CUTLASS kernels, the fast tier's _grouped_*_kernel
     ("linear", r"gemm|cutlass(?!.*fmha)|nvjet|xmma|cublas|linear_kernel|linear_skinny|_colsum_kernel|aten::(add)?mm$"),
     ("attention fwd", r"attn_fwd|flash_fwd|fmha.*fwd|sdpa.*fwd|fprop|^attention_kernel"),
     ("attention bwd", r"attn_bwd|bwd_delta|flash_bwd|fmha.*(bwd|dgrad)|bprop|dgrad|attention_d(q|kv)_kernel|row_grad"),
@@ -50,6 +51,7 @@ BY_KERNEL = (
 )
 # Family by the launching module (forward hooks) or autograd node (backward), for kernels the name leaves open.
 BY_CONTEXT = (
+    ("experts glue", r"Experts|SparseMoe|MoeBlock|Router|IndexAddBackward|IndexPutBackward|TopkBackward"),
     ("rms_norm", r"RMSNorm|RmsNorm|PowBackward|RsqrtBackward|MeanBackward"),
     ("swiglu", r"MLP|Silu|SiluMul"),
     ("rotary", r"Rotary|rotary|CatBackward|NegBackward|SliceBackward"),
@@ -59,7 +61,8 @@ BY_CONTEXT = (
     ("optimizer", r"Optimizer|AdamW|adam"),
 )
 SYNC = re.compile(r"\bSync\b")  # the device's side of a host sync (Context / Stream / Event Sync): a wait, no kernel
-HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary"  # model module classes whose forward opens a range
+# The model's module classes whose forward opens a range.
+HOOKED = r"RMSNorm|MLP|Attention|Embedding|Rotary|Experts|SparseMoe|MoeBlock|Router"
 
 
 def is_kernel(event) -> bool:
@@ -178,6 +181,16 @@ def contender_steps(model: nn.Module, ids: torch.Tensor, mode: bool = False) -> 
     return steps
 
 
+def chosen(steps: dict[str, tuple[str, Callable]], only: str) -> dict[str, tuple[str, Callable]]:
+    """The contenders `only` names (comma-separated; all where empty), stock first: the table's ratios are to it."""
+    names = [n.strip() for n in only.split(",") if n.strip()] or list(steps)
+    unknown = [n for n in names if n not in steps]
+    if unknown or names[0] != "stock":
+        raise SystemExit(f"profile_step --only {only!r}: contenders are {', '.join(steps)}, stock first"
+                         + (f" (unknown: {', '.join(unknown)})" if unknown else ""))  # fmt: skip
+    return {n: steps[n] for n in names}
+
+
 def table(record: dict) -> str:
     names = list(record["families"])
     fams = sorted(
@@ -205,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="profiled steps per contender")
     ap.add_argument("--reps", type=int, default=3, help="synced step timings per contender (median)")
     ap.add_argument("--mode", action="store_true", help="also the unpatched model under rl_kernel.mode (mode-TIER)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated contenders to run (e.g. stock,mode-fast: a model the "
+        "patch does not take), stock first; default all",
+    )
     ap.add_argument("--top", type=int, default=12, help='the largest kernels of the "other" family to list')
     ap.add_argument("--json")
     ap.add_argument("--markdown")
@@ -216,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(1, shape.vocab, (args.train_batch, args.train_len), generator=g).to(device)
     record: dict = {"shape": vars(shape), "env": environment(), "args": vars(args), "families": {}, "step_synced_s": {}}
-    for name, (tier, loss_of) in contender_steps(model, ids, args.mode).items():
+    for name, (tier, loss_of) in chosen(contender_steps(model, ids, args.mode), args.only).items():
         model.load_state_dict(initial)
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
