@@ -25,7 +25,7 @@ def test_interpreter_attention() -> None:
 def test_interpreter_sliding_window() -> None:
     r = interpret(__file__, "window")
     failed = {k: v for k, v in r.items() if v is not True}
-    assert len(r) == 7 and not failed, failed
+    assert len(r) == 9 and not failed, failed
 
 
 # ---- what the subprocess runs --------------------------------------------------------------------------
@@ -43,7 +43,9 @@ def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0):
 def _check_window() -> dict[str, bool]:
     """A sliding window (100 keys: two tiles from a row's first key) over 200-key rows, left padding 0 and 30: near
     float64; a prefill row == the same row as a decode step over the full cache and over a cache cut to the window
-    (transformers' sliding-window layers), and alone == in the batch; the backward near float64 and run to run."""
+    (transformers' sliding-window layers), and alone == in the batch; the backward near float64, run to run, alone
+    == in the batch, and dq over the cut cache == prefill. (A prefill block holds rows the window cuts and rows it
+    does not, whose tiles lie on two grids.)"""
     g = torch.Generator().manual_seed(5)
     b, hq, hkv, t, d, w = 2, 4, 2, 200, 32, 100
     q, k, v = (torch.randn(b, h, t, d, generator=g).bfloat16() for h in (hq, hkv, hkv))
@@ -79,6 +81,25 @@ def _check_window() -> dict[str, bool]:
         return [x.grad for x in leaves]
 
     got = grads()
+    leaves = [x[1:, :, 30:].clone().requires_grad_() for x in (q, k, v)]
+    fast.attention(*leaves, q_pos[1:, :170], k_start[1:] - 30, window=w).backward(go[1:, :, 30:])
+    res["backward: sequence alone == in the batch (dq, dk, dv)"] = all(
+        bits_equal(x.grad, g_[1:, :, 30:]) for x, g_ in zip(leaves, got, strict=True)
+    )
+    # dq's tiles are counted from the row's first key too, which is slot 0 of a cache cut to the window: every row
+    # the window cuts of sequence 0, each a decode step over its own cut cache (one batch), in fp16 (whose rounding
+    # of dq hides fewer tile orders than bf16's) against the prefill's dq.
+    qh, kh, vh, gh = (x[:1].half() for x in (q, k, v, go))
+    leaves = [x.clone().requires_grad_() for x in (qh, kh, vh)]
+    fast.attention(*leaves, q_pos[:1], k_start[:1], window=w).backward(gh)
+    rows = range(w - 1, t)
+    row = torch.stack([qh[0, :, r : r + 1] for r in rows]).requires_grad_()
+    cut_k, cut_v = (torch.stack([x[0, :, r - w + 1 : r + 1] for r in rows]) for x in (kh, vh))
+    fast.attention(row, cut_k, cut_v, torch.full((len(rows), 1), w - 1), torch.zeros(len(rows), dtype=torch.long),
+                   window=w).backward(torch.stack([gh[0, :, r : r + 1] for r in rows]))  # fmt: skip
+    res["backward: dq of decode rows over a cache cut to the window == prefill dq"] = bits_equal(
+        row.grad[:, :, 0], leaves[0].grad[0, :, w - 1 :].transpose(0, 1)
+    )
     refs = [x.double().requires_grad_() for x in (q, k, v)]
     _attn_ref(*refs, q_pos, k_start, d**-0.5, w).backward(go.double())
     errs = [((a.double() - r.grad).abs().max() / r.grad.abs().max()).item() for a, r in zip(got, refs, strict=True)]

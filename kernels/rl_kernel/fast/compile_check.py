@@ -201,24 +201,41 @@ def compile_gemm_group(target: str, dtype: str, tile: dict, options: dict):
     return _compile(fn, types, const, target, options)
 
 
-def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict):
-    """The grouped GEMM (a mixture of experts' products, every expert in one launch), the forward's strides (a
-    weight's transpose: unit stride over k)."""
-    fn = grouped_kernels._grouped_gemm_kernel
+def _grouped_types(fn, dtype: str) -> dict[str, str]:
     types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
-    types["table_ptr"] = "*i64"
-    const = {"stride_ak": 1, "stride_bk": 1, "EVEN_K": True, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
-             "BLOCK_K": tile["block_k"]}  # fmt: skip
-    return _compile(fn, types, const, target, options)
+    return types | ({"offs_ptr": "*i32", "flag_ptr": "*i32"} if "offs_ptr" in types else {})
+
+
+def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict, kind: str = "fwd"):
+    """The grouped GEMM (a mixture of experts' products, every expert in one launch, its tiles found from offs on
+    the device, checking them), the forward's strides (a weight's transpose: unit stride over k) or dX's (b[g]
+    row-major: unit stride over n), 64 experts."""
+    fn = grouped_kernels._grouped_gemm_kernel
+    unit = {"stride_ak": 1, "stride_bk": 1} if kind == "fwd" else {"stride_ak": 1, "stride_bn": 1}
+    const = unit | {"CHECK": True, "EVEN_K": True, "GROUPS": 128, "BLOCK_M": tile["block_m"],
+                    "BLOCK_N": tile["block_n"], "BLOCK_K": tile["block_k"]}  # fmt: skip
+    return _compile(fn, _grouped_types(fn, dtype), const, target, options)
 
 
 def compile_grouped_dw(target: str, dtype: str, tile: dict, options: dict):
     """The experts' dW in one launch (each expert's sum over its tokens), A K-contiguous as grouped_dw copies it."""
     fn = grouped_kernels._grouped_dw_kernel
-    types = {n: "i32" for n in fn.arg_names} | {n: _ptr(dtype) for n in fn.arg_names if n.endswith("_ptr")}
-    types["table_ptr"] = "*i64"
-    const = {"stride_ak": 1, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"], "BLOCK_K": tile["block_k"]}
-    return _compile(fn, types, const, target, options)
+    const = {"stride_ak": 1, "CHECK": True, "GROUPS": 64, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
+             "BLOCK_K": tile["block_k"]}  # fmt: skip
+    return _compile(fn, _grouped_types(fn, dtype), const, target, options)
+
+
+def compile_batched_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict):
+    """aten::bmm in one launch (B elements, each fast.mm's form and tile), with `kind`'s unit strides (the linear's
+    layouts of _GEMM_UNIT_STRIDES but C's, which is row-major)."""
+    fn = grouped_kernels._batched_gemm_kernel
+    const = {s: 1 for s in _GEMM_UNIT_STRIDES[kind] if s != "stride_cn"} | {
+        "EVEN_K": kind != "dw",
+        "BLOCK_M": tile["block_m"],
+        "BLOCK_N": tile["block_n"],
+        "BLOCK_K": tile["block_k"],
+    }
+    return _compile(fn, _grouped_types(fn, dtype), const, target, options)
 
 
 def _options(t: dict, tile: dict, prefix: str = "") -> dict:
@@ -239,9 +256,11 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
                 if kind == "fwd" and not tile.get("tma"):  # forward_group_2d's launches (pointer buckets)
                     k = compile_gemm_group(target, dtype, tile, _options(t, tile))
                     out.append(scan(k, f"linear.group[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
-                if kind == "fwd":  # grouped_mm's launches take any bucket's tile (the pointer kernel's K loop)
-                    k = compile_grouped_gemm(target, dtype, tile, _options(t, tile))
-                    out.append(scan(k, f"linear.grouped[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                # grouped_mm's and bmm's launches take their form's bucket tiles (the pointer kernel's K loop)
+                k = compile_grouped_gemm(target, dtype, tile, _options(t, tile), kind)
+                out.append(scan(k, f"linear.grouped {kind}[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                k = compile_batched_gemm(target, dtype, kind, tile, _options(t, tile))
+                out.append(scan(k, f"linear.bmm {kind}[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
         for chain in (False, True):
             k = compile_gemm(target, dtype, "dw", dw, _options(t, dw), chain=chain)
@@ -249,6 +268,8 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
             out.append(scan(k, name, target, dtype, dw, {dw["block_k"]}, True))
         k = compile_grouped_dw(target, dtype, dw, _options(t, dw))  # the pointer kernel with dW's pinned tile
         out.append(scan(k, "linear.grouped dw", target, dtype, dw, {dw["block_k"]}, True))
+        k = compile_batched_gemm(target, dtype, "dw", dw, _options(t, dw))
+        out.append(scan(k, "linear.bmm dw", target, dtype, dw, {dw["block_k"]}, True))
         types = {"x_ptr": _ptr(dtype), "out_ptr": _ptr(dtype), "M": "i32", "N": "i32"}
         k = _compile(
             linear_kernels._colsum_kernel,
@@ -283,7 +304,7 @@ def _attention_reports(target: str, dtypes: tuple[str, ...], head_dims: tuple[in
             a, name = t["attention"][f"d{d}"], "attention.window" if windowed else "attention"
             fwd_tile = {"block_m": a["block_m"], "block_n": a["block_n"], "block_d": d}
             const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": a["block_m"], "BLOCK_N": a["block_n"],
-                     "ROWS_T": 1 if windowed else a["block_m"] // 2, "WINDOWED": windowed}  # fmt: skip
+                     "ROWS_T": a["block_m"] // 2, "WINDOWED": windowed}  # fmt: skip
             fn = attention_kernels._attn_fwd_kernel
             k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a))
             out.append(scan(k, f"{name}.fwd[d{d}]", target, dtype, fwd_tile, {d, a["block_n"]}, True))
@@ -294,7 +315,7 @@ def _attention_reports(target: str, dtypes: tuple[str, ...], head_dims: tuple[in
             k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a, "bwd_"))
             out.append(scan(k, f"{name}.bwd_dkdv[d{d}]", target, dtype, tile, {d, bm}, True))
             fn = attention_backward._attn_bwd_dq_kernel
-            rows = {"ROWS_T": 1 if windowed else bm // 2}
+            rows = {"ROWS_T": bm // 2}
             k = _compile(fn, _attn_types(fn, dtype), const | rows, target, _options(t, a, "bwd_"))
             out.append(scan(k, f"{name}.bwd_dq[d{d}]", target, dtype, tile, {d, bn}, True))
         for d in head_dims:

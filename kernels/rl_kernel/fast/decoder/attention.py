@@ -8,6 +8,11 @@ Why a row's bits depend on nothing but its own inputs:
   walks the same tiles from its first valid key, so a decode row (Tq = 1) and the same row of a prefill
   see the same tiles, the same scores and the same online-softmax updates. Tiles past a row's last key
   (its block neighbours' keys) are fully masked: the max stays, alpha = exp2(0) = 1 and p = 0, a no-op.
+- With a sliding window a row's tiles are counted from its own first key, max(k_start, q - window + 1), so that a
+  decode step over a cache cut to the window (whose first slot is that key) walks them too. A block then holds
+  query positions a key tile apart (their first keys alike within a tile once the window cuts) and takes its rows
+  class by class, a class being the rows whose first keys share a tile grid; a tile before a row's first key, or
+  of another class, is fully masked for it: a no-op as above (with m = -inf: l = 0 and acc = 0 stay).
 - Rows are independent in the matrix instruction, so packing (query rows x the group's query heads) into
   the M dimension, or any neighbour, changes no row.
 - A full tile (every key <= every row's q_pos) skips the causal mask; the masked path computes the same
@@ -27,11 +32,26 @@ from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.exact.decoder.ops import check_window
 from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.attention_backward import backward
-from rl_kernel.fast.decoder.attention_tiles import LOG2E, _cfg, _check_group, _first_key, _rows
+from rl_kernel.fast.decoder.attention_tiles import (
+    LOG2E,
+    _cfg,
+    _check_group,
+    _rows,
+    _spaced_rows,
+    _window_class,
+    spaced_blocks,
+)
 from rl_kernel.triton_tier import launch, launch_replay
 
-
 # ---- forward --------------------------------------------------------------------------------------------
+# The masks of a key tile: none (every row sees every key), causal (a row sees keys up to its q_pos), rows (a
+# windowed block's class: its rows see every key, the others none), window (a row sees first .. q_pos).
+NONE = tl.constexpr(0)
+CAUSAL = tl.constexpr(1)
+ROWS = tl.constexpr(2)
+WINDOW = tl.constexpr(3)
+
+
 @_jit
 def _fwd_tile(
     acc,
@@ -41,6 +61,7 @@ def _fwd_tile(
     k_base,
     v_base,
     k_tile0,
+    qlo,
     qp,
     hi,
     Tk,
@@ -52,6 +73,9 @@ def _fwd_tile(
     BLOCK_N: tl.constexpr,
     MASK: tl.constexpr,
 ):
+    """One key tile's online-softmax update of the block's rows (qlo: each row's first key, WINDOW only; qp: its last,
+    -1 for a row outside a windowed class). A tile a row sees none of is a no-op for it: its max stays (or stays -inf
+    with l = 0 and acc = 0), alpha = 1 (or 0 times 0) and p = 0."""
     kidx = k_tile0 + tl.arange(0, BLOCK_N)
     d_ok = offs_d < HEAD_D
     kt = tl.load(
@@ -60,11 +84,15 @@ def _fwd_tile(
         other=0.0,
     )
     s = tl.dot(q, kt) * qk_scale
-    if MASK:
+    v_ok = kidx < Tk
+    if MASK == CAUSAL:
         s = tl.where(kidx[None, :] <= qp[:, None], s, float("-inf"))
-        v_ok = (kidx < Tk) & (kidx <= hi)  # never read unwritten cache slots: 0 * NaN would poison the sum
-    else:
-        v_ok = kidx < Tk
+        v_ok = v_ok & (kidx <= hi)  # never read unwritten cache slots: 0 * NaN would poison the sum
+    if MASK == ROWS:
+        s = tl.where(qp[:, None] >= 0, s, float("-inf"))
+    if MASK == WINDOW:
+        s = tl.where((kidx[None, :] >= qlo[:, None]) & (kidx[None, :] <= qp[:, None]), s, float("-inf"))
+        v_ok = v_ok & (kidx <= hi)
     m_new = tl.maximum(m_i, tl.max(s, 1))
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: no -inf - -inf
     alpha = tl.math.exp2(m_i - m_use)
@@ -107,6 +135,7 @@ def _attn_fwd_kernel(
     sl_h,
     sp_b,
     window,
+    lanes,
     G: tl.constexpr,
     HEAD_D: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -119,7 +148,10 @@ def _attn_fwd_kernel(
     pid_bh = tl.program_id(1)
     b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
-    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
+    if WINDOWED:
+        t, h, valid = _spaced_rows(pid_m, hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
+    else:
+        t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
     t64 = t.to(tl.int64)
     h64 = h.to(tl.int64)
     ks = tl.load(kstart_ptr + b)
@@ -132,26 +164,51 @@ def _attn_fwd_kernel(
         mask=valid[:, None] & d_ok[None, :],
         other=0.0,
     )
-    base = _first_key(ks, qp, on, window, WINDOWED)  # tiles are counted from it
-    hi = tl.max(tl.where(on, qp, base - 1), 0)  # the block's last key
-    lo = tl.min(tl.where(on, qp, 2**62), 0)  # every row sees keys up to lo
-    n_tiles = tl.maximum(hi - base + BLOCK_N, 0) // BLOCK_N
-    n_full = tl.minimum(tl.maximum(lo - base + 1, 0) // BLOCK_N, n_tiles)
     k_base = k_ptr + b * sk_b + hkv.to(tl.int64) * sk_h
     v_base = v_ptr + b * sv_b + hkv.to(tl.int64) * sv_h
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for j in range(0, n_full):
-        acc, m_i, l_i = _fwd_tile(
-            acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
-            HEAD_D, BLOCK_N, False,
-        )  # fmt: skip
-    for j in range(n_full, n_tiles):
-        acc, m_i, l_i = _fwd_tile(
-            acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
-            HEAD_D, BLOCK_N, True,
-        )  # fmt: skip
+    if WINDOWED:
+        first = tl.maximum(qp - window + 1, ks)
+        todo = on
+        while tl.max(todo.to(tl.int32), 0) > 0:  # a class of rows on one grid of key tiles at a time
+            mine, base, latest, lo, hi = _window_class(todo, first, qp, BLOCK_N)
+            qc = tl.where(mine, qp, -1)
+            n_tiles = (hi - base + BLOCK_N) // BLOCK_N
+            j_lo = tl.minimum((latest - base + BLOCK_N - 1) // BLOCK_N, n_tiles)  # from here every row sees every key
+            j_hi = tl.maximum(tl.minimum((lo - base + 1) // BLOCK_N, n_tiles), j_lo)  # up to here
+            for j in range(0, j_lo):
+                acc, m_i, l_i = _fwd_tile(
+                    acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, first, qc, hi, Tk, sk_t, sv_t, offs_d,
+                    qk_scale, HEAD_D, BLOCK_N, WINDOW,
+                )  # fmt: skip
+            for j in range(j_lo, j_hi):
+                acc, m_i, l_i = _fwd_tile(
+                    acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, first, qc, hi, Tk, sk_t, sv_t, offs_d,
+                    qk_scale, HEAD_D, BLOCK_N, ROWS,
+                )  # fmt: skip
+            for j in range(j_hi, n_tiles):
+                acc, m_i, l_i = _fwd_tile(
+                    acc, m_i, l_i, q, k_base, v_base, base + j * BLOCK_N, first, qc, hi, Tk, sk_t, sv_t, offs_d,
+                    qk_scale, HEAD_D, BLOCK_N, WINDOW,
+                )  # fmt: skip
+            todo = todo & ~mine
+    else:
+        hi = tl.max(tl.where(on, qp, ks - 1), 0)  # the block's last key
+        lo = tl.min(tl.where(on, qp, 2**62), 0)  # every row sees keys up to lo
+        n_tiles = tl.maximum(hi - ks + BLOCK_N, 0) // BLOCK_N  # tiles are counted from k_start
+        n_full = tl.minimum(tl.maximum(lo - ks + 1, 0) // BLOCK_N, n_tiles)
+        for j in range(0, n_full):
+            acc, m_i, l_i = _fwd_tile(
+                acc, m_i, l_i, q, k_base, v_base, ks + j * BLOCK_N, qp, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
+                HEAD_D, BLOCK_N, NONE,
+            )  # fmt: skip
+        for j in range(n_full, n_tiles):
+            acc, m_i, l_i = _fwd_tile(
+                acc, m_i, l_i, q, k_base, v_base, ks + j * BLOCK_N, qp, qp, hi, Tk, sk_t, sv_t, offs_d, qk_scale,
+                HEAD_D, BLOCK_N, CAUSAL,
+            )  # fmt: skip
     l_safe = tl.where(on, l_i, 1.0)
     out = tl.where(on[:, None], acc / l_safe[:, None], 0.0)
     tl.store(
@@ -169,7 +226,8 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
     """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
     cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
     plan: the call's plan key (fast.decoder.plan; the pinned config's calls only); window: a sliding window of that
-    many keys (0: none), each block then one query position (its rows' tiles counted from their first key)."""
+    many keys (0: none), each block then ROWS_T query positions a key tile apart (_spaced_rows), taken class by class
+    (_window_class): each row's tiles are counted from its own first key."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     if cfg is not None or window:
@@ -180,12 +238,13 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
     lse = torch.empty((bsz, hq, tq), dtype=torch.float32, device=q.device)
     if out.numel() == 0:
         return out, lse.zero_()
-    rows_t = 1 if window else cfg["block_m"] // g
-    grid = (triton.cdiv(tq, rows_t), bsz * hkv)
+    rows_t = cfg["block_m"] // g
+    blocks, lanes = spaced_blocks(tq, rows_t, cfg["block_n"]) if window else (triton.cdiv(tq, rows_t), 1)
+    grid = (blocks, bsz * hkv)
     replay = (launch if plan is None else launch_replay)(
         _attn_fwd_kernel, grid, *forward_operands(q, k, v, q_pos, k_start, out, lse), scale * LOG2E, tq, tk, hkv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *lse.stride()[:2], q_pos.stride(0),
-        window, G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
+        window, lanes, G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
         ROWS_T=rows_t, WINDOWED=window > 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **cfg["launch"],
     )  # fmt: skip

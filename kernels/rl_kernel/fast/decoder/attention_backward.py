@@ -10,7 +10,15 @@ import torch
 
 from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
 from rl_kernel._triton import tl, triton
-from rl_kernel.fast.decoder.attention_tiles import LOG2E, _cfg, _check_group, _first_key, _rows
+from rl_kernel.fast.decoder.attention_tiles import (
+    LOG2E,
+    _cfg,
+    _check_group,
+    _rows,
+    _spaced_rows,
+    _window_class,
+    spaced_blocks,
+)
 from rl_kernel.triton_tier import launch
 
 
@@ -101,6 +109,22 @@ def _attn_bwd_dkdv_kernel(
         tl.store(dv_ptr + kv_ptrs, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
+@_jit
+def _dq_tile(dq, q, do, lse, delta, k_ptr, v_ptr, kv_off, kidx, seen, hi, Tk, offs_d, d_ok, qk_scale,
+             HEAD_D: tl.constexpr):  # fmt: skip
+    """dq += dS @ K over one key tile (`seen`: the pairs the forward scored; a tile a row sees none of adds +0)."""
+    kv_ptrs = kv_off + kidx.to(tl.int64)[:, None] * HEAD_D + offs_d[None, :]
+    kv_mask = (kidx[:, None] < Tk) & (kidx[:, None] <= hi) & d_ok[None, :]
+    k = tl.load(k_ptr + kv_ptrs, mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + kv_ptrs, mask=kv_mask, other=0.0)
+    seen = seen & (kidx[None, :] < Tk)
+    s = tl.dot(q, tl.trans(k)) * qk_scale
+    p = tl.where(seen, tl.math.exp2(s - lse[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    ds = tl.where(seen, p * (dp - delta[:, None]), 0.0)
+    return tl.dot(ds.to(k.dtype), k, dq)
+
+
 @_jit(do_not_specialize=["Tq", "Tk"])
 def _attn_bwd_dq_kernel(
     q_ptr,
@@ -120,6 +144,7 @@ def _attn_bwd_dq_kernel(
     Hq,
     sp_b,
     window,
+    lanes,
     G: tl.constexpr,
     HEAD_D: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -128,12 +153,16 @@ def _attn_bwd_dq_kernel(
     ROWS_T: tl.constexpr,
     WINDOWED: tl.constexpr,
 ):
-    """One packed query block of one KV head; its key tiles from its first key in order (all contiguous)."""
+    """One packed query block of one KV head; its key tiles from its first key in order (all contiguous); with a
+    window, class by class as the forward walks them (fast.decoder.attention)."""
     pid_m = tl.program_id(0)
     pid_bh = tl.program_id(1)
     b = (pid_bh // Hkv).to(tl.int64)
     hkv = pid_bh % Hkv
-    t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
+    if WINDOWED:
+        t, h, valid = _spaced_rows(pid_m, hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
+    else:
+        t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
     t64 = t.to(tl.int64)
     ks = tl.load(kstart_ptr + b)
     qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
@@ -147,23 +176,26 @@ def _attn_bwd_dq_kernel(
     do = tl.load(do_ptr + qd_ptrs, mask=qd_mask, other=0.0)
     lse = tl.load(lse_ptr + row, mask=valid, other=0.0)
     delta = tl.load(delta_ptr + row, mask=valid, other=0.0)
-    base = _first_key(ks, qp, on, window, WINDOWED)
-    hi = tl.max(tl.where(on, qp, base - 1), 0)
-    n_tiles = tl.maximum(hi - base + BLOCK_N, 0) // BLOCK_N
     kv_off = (b * Hkv + hkv) * Tk * HEAD_D
     dq = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    for j in range(0, n_tiles):
-        kidx = base + j * BLOCK_N + tl.arange(0, BLOCK_N)
-        kv_ptrs = kv_off + kidx.to(tl.int64)[:, None] * HEAD_D + offs_d[None, :]
-        kv_mask = (kidx[:, None] < Tk) & (kidx[:, None] <= hi) & d_ok[None, :]
-        k = tl.load(k_ptr + kv_ptrs, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptr + kv_ptrs, mask=kv_mask, other=0.0)
-        seen = on[:, None] & (kidx[None, :] <= qp[:, None]) & (kidx[None, :] < Tk)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
-        p = tl.where(seen, tl.math.exp2(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v))
-        ds = tl.where(seen, p * (dp - delta[:, None]), 0.0)
-        dq = tl.dot(ds.to(k.dtype), k, dq)
+    if WINDOWED:
+        first = tl.maximum(qp - window + 1, ks)
+        todo = on
+        while tl.max(todo.to(tl.int32), 0) > 0:  # a class of rows on one grid of key tiles at a time
+            mine, base, _, _, hi = _window_class(todo, first, qp, BLOCK_N)
+            for j in range(0, (hi - base + BLOCK_N) // BLOCK_N):
+                kidx = base + j * BLOCK_N + tl.arange(0, BLOCK_N)
+                seen = mine[:, None] & (kidx[None, :] >= first[:, None]) & (kidx[None, :] <= qp[:, None])
+                dq = _dq_tile(dq, q, do, lse, delta, k_ptr, v_ptr, kv_off, kidx, seen, hi, Tk, offs_d, d_ok, qk_scale,
+                              HEAD_D)  # fmt: skip
+            todo = todo & ~mine
+    else:
+        hi = tl.max(tl.where(on, qp, ks - 1), 0)
+        for j in range(0, tl.maximum(hi - ks + BLOCK_N, 0) // BLOCK_N):
+            kidx = ks + j * BLOCK_N + tl.arange(0, BLOCK_N)
+            seen = on[:, None] & (kidx[None, :] <= qp[:, None])
+            dq = _dq_tile(dq, q, do, lse, delta, k_ptr, v_ptr, kv_off, kidx, seen, hi, Tk, offs_d, d_ok, qk_scale,
+                          HEAD_D)  # fmt: skip
     tl.store(dq_ptr + qd_ptrs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=qd_mask)
 
 
@@ -190,7 +222,8 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
     common = dict(G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=bm, BLOCK_N=bn, WINDOWED=window > 0, **options)
     args = (q_pos, k_start, scale * LOG2E, scale, tq, tk, hkv, hq, q_pos.stride(0), window)
     launch(_attn_bwd_dkdv_kernel, (triton.cdiv(tk, bn), bsz * hkv), q, k, v, dout, lse, delta, dk, dv, *args, **common)
-    rows_t = 1 if window else bm // g
-    launch(_attn_bwd_dq_kernel, (triton.cdiv(tq, rows_t), bsz * hkv), q, k, v, dout, lse, delta, dq, *args,
-           ROWS_T=rows_t, **common)  # fmt: skip
+    rows_t = bm // g
+    blocks, lanes = spaced_blocks(tq, rows_t, bn) if window else (triton.cdiv(tq, rows_t), 1)
+    launch(_attn_bwd_dq_kernel, (blocks, bsz * hkv), q, k, v, dout, lse, delta, dq, *args, lanes, ROWS_T=rows_t,
+           **common)  # fmt: skip
     return dq, dk, dv

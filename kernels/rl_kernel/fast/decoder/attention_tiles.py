@@ -1,13 +1,13 @@
-"""What the fast tier's attention kernels share, forward and backward: the packed rows of a block, the first key a
-block counts its key tiles from, the pinned tile of a head dim and the query-head group (fast.decoder.attention
-states why a row's bits depend on its own inputs alone)."""
+"""What the fast tier's attention kernels share, forward and backward: the packed rows of a block (with a window,
+positions a key tile apart, and the classes of its rows that walk one grid of key tiles), the pinned tile of a head
+dim and the query-head group (fast.decoder.attention states why a row's bits depend on its own inputs alone)."""
 
 from __future__ import annotations
 
 import torch
 
 from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
-from rl_kernel._triton import tl
+from rl_kernel._triton import tl, triton
 from rl_kernel.fast.configs import config_for
 from rl_kernel.triton_tier import target_of
 
@@ -17,7 +17,7 @@ LOG2E = 1.4426950408889634
 @_jit
 def _rows(pid_m, hkv, Tq, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr):
     """Packed rows of a block: row r is query position pid_m * ROWS_T + r // G of head hkv*G + r % G (ROWS_T query
-    positions, at most BLOCK_M // G; one with a sliding window, whose rows then share their first key)."""
+    positions, at most BLOCK_M // G)."""
     r = tl.arange(0, BLOCK_M)
     t = pid_m * ROWS_T + r // G
     h = hkv * G + r % G
@@ -26,12 +26,38 @@ def _rows(pid_m, hkv, Tq, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.con
 
 
 @_jit
-def _first_key(ks, qp, on, window, WINDOWED: tl.constexpr):
-    """The block's first key, from which its tiles are counted: the sequence's (k_start), or with a window the one
-    first key its rows share (one query position per block: max(k_start, q - window + 1))."""
-    if WINDOWED:
-        return tl.max(tl.where(on, tl.maximum(qp - window + 1, ks), ks), 0)
-    return ks
+def _spaced_rows(
+    pid_m, hkv, Tq, lanes, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr, BLOCK_N: tl.constexpr
+):
+    """Packed rows of a block with a sliding window: ROWS_T query positions BLOCK_N apart (lane + i * BLOCK_N within a
+    chunk of ROWS_T * BLOCK_N positions, `lanes` = min(BLOCK_N, Tq) blocks per chunk) times the group's heads. Rows
+    whose windows cut keys then have their first keys alike within a key tile, and walk one grid of tiles."""
+    r = tl.arange(0, BLOCK_M)
+    t = (pid_m // lanes) * (ROWS_T * BLOCK_N) + pid_m % lanes + (r // G) * BLOCK_N
+    h = hkv * G + r % G
+    valid = (r < ROWS_T * G) & (t < Tq)
+    return t, h, valid
+
+
+def spaced_blocks(tq: int, rows_t: int, block_n: int) -> tuple[int, int]:
+    """(blocks, lanes) of _spaced_rows over tq query positions."""
+    lanes = min(block_n, tq)
+    return triton.cdiv(tq, rows_t * block_n) * lanes, lanes
+
+
+@_jit
+def _window_class(todo, first, qp, BLOCK_N: tl.constexpr):
+    """The next class of a windowed block's rows: those of `todo` whose first key (max(k_start, q - window + 1)) lies
+    where the least such one's does within a key tile, so that each of them walks its own tiles (counted from its
+    first key) on the class's grid. (mine, the class's first key, its rows' latest first key, least and greatest
+    last key.) A row outside the class sees none of the class's keys: its tiles there are fully masked no-ops."""
+    cls = first % BLOCK_N
+    mine = todo & (cls == tl.min(tl.where(todo, cls, BLOCK_N), 0))
+    base = tl.min(tl.where(mine, first, 2**62), 0)
+    latest = tl.max(tl.where(mine, first, -1), 0)
+    lo = tl.min(tl.where(mine, qp, 2**62), 0)
+    hi = tl.max(tl.where(mine, qp, -1), 0)
+    return mine, base, latest, lo, hi
 
 
 def _cfg(q: torch.Tensor, cfg: dict | None) -> dict:
