@@ -18,7 +18,9 @@ and, in torch's own elementwise operators on every device whatever the tier: `su
 2's plain-sum tree (tree_sum), `topk` with ties to the lower index (a router's experts) and `index_add` one add at a
 time in source order (a mixture of experts' combine), LayerNorm and `logsumexp` by the tree; a mixture of experts'
 `_grouped_mm` (transformers' default experts implementation) as the tier's product per expert
-(mode_ops.grouped_mm: forward, dX and dW, each row the tier's linear whatever rows its expert got).
+(mode_ops.grouped_mm: forward, dX and dW, each row the tier's linear whatever rows its expert got; the fast tier's in
+one launch that reads nothing of offs on the host, and its `bmm`, transformers' batched_mm experts at decode, in one
+launch too, each element its own product's bits).
 Above the aten level, a hand-written norm whose forward is Llama's RMSNorm word for word (transformers'
 Llama, Qwen2, Qwen3, Qwen3-MoE, Mistral, Phi-3) is the tier's fused `rms_norm` too (rl_kernel.mode_norms), as patch()
 serves it. An mm is the tier's `linear` of the second operand's transpose (or the tier's own `mm`, the fast
@@ -29,7 +31,9 @@ tier's fp32 by the exact tier's); what no tier serves raises a ModeError naming 
 device the tier lacks), never stock.
 
 Nesting: an inner mode serves until it exits, then the outer one again; `enable(tier)` / `disable()` are the
-pair for code that cannot be wrapped. Nothing stays registered after the last exit.
+pair for code that cannot be wrapped. Nothing stays registered after the last exit. What a mode's calls cannot check
+without a host sync (a grouped GEMM's offs, which the fast tier's kernels check on the device) is reported when that
+mode exits: a ModeError from disable() (mode_ops.Checks; one read, unless the block raised: its error is the one).
 
 `audit(fn)` runs fn under the mode and names every aten operator it ran that the mode did not serve and that can
 change bits with the batch (a reduction, a matrix product, an attention): what must still move to the tier before
@@ -51,8 +55,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rl_kernel import mode_norms, mode_positions, tiers
+from rl_kernel.mode_masks import key_ranges
 from rl_kernel.mode_ops import (
+    Checks,
     ModeError,
+    bmm,
     grouped_mm,
     index_add,
     index_add_,
@@ -67,6 +74,7 @@ from rl_kernel.mode_ops import (
     topk,
     tree_sum,
 )
+from rl_kernel.triton_tier import interpreting
 
 __all__ = ["SERVED", "Audit", "ModeError", "active", "audit", "disable", "enable", "key_ranges", "mode",
            "nonzero_sum", "reduce", "softmax", "tree_sum"]  # fmt: skip
@@ -113,6 +121,7 @@ ACCUMULATING = {"index_put", "index_put_", "_index_put_impl_"}  # batch-variant 
 class _Active:
     tier: str
     library: torch.library.Library
+    checks: Checks  # what its calls deferred to its exit (mode_ops.Checks)
 
 
 _LOCK = threading.Lock()
@@ -127,23 +136,29 @@ def active() -> str | None:
 
 @contextlib.contextmanager
 def mode(tier: str = "exact") -> Iterator[None]:
-    """The tier's kernels for SERVED's aten operators, in the whole process, until the block exits."""
+    """The tier's kernels for SERVED's aten operators, in the whole process, until the block exits (then a ModeError
+    for what its calls deferred: disable()); an exception from the block is the one raised."""
     enable(tier)
     try:
         yield
-    finally:
-        disable()
+    except BaseException:
+        _pop()  # the block's own error, not the deferred checks', is what the caller must see
+        raise
+    disable()
 
 
 def enable(tier: str = "exact") -> None:
     """Start serving SERVED's operators by `tier` (over any mode already on) until the matching disable()."""
     t = tiers.get(tier)
     library = torch.library.Library("aten", "IMPL")  # a process-wide override is the point
+    checks = Checks()
+    # Triton's interpreter runs a Triton tier's kernels on the CPU: the mode serves it there too (the tests' way).
+    platforms = (*t.platforms, "cpu") if interpreting() and "triton" in t.build else t.platforms
     with warnings.catch_warnings():  # torch warns that a registered kernel is overridden: that is the intent
         warnings.simplefilter("ignore")
-        served = _served(t)
+        served = _served(t, checks)
         for key in sorted(set(_DEVICE_KEYS.values())):
-            mine = any(_DEVICE_KEYS[p] == key for p in t.platforms)
+            mine = any(_DEVICE_KEYS[p] == key for p in platforms)
             for name, serve in served.items():
                 keys = (key, f"Autograd{key}") if name in ABOVE_AUTOGRAD else (key,)
                 for k in keys:
@@ -154,12 +169,19 @@ def enable(tier: str = "exact") -> None:
     with _LOCK:
         if not _STACK:
             _hold_compiles()
-        _STACK.append(_Active(t.name, library))
+        _STACK.append(_Active(t.name, library, checks))
         mode_norms.serve(t.name)
 
 
 def disable() -> None:
-    """Stop the innermost mode (the one before it serves again); an error when none is on."""
+    """Stop the innermost mode (the one before it serves again); an error when none is on. Then a ModeError for the
+    problems its calls deferred to this exit (a grouped GEMM's bad offs, checked on the device: read here, once)."""
+    problems = _pop().checks.problems()
+    if problems:
+        raise ModeError(f"rl_kernel.mode: {'; '.join(problems)} (found while the mode served; reported at its exit)")
+
+
+def _pop() -> _Active:
     with _LOCK:
         if not _STACK:
             raise ModeError("rl_kernel.mode: disable() without an enabled mode")
@@ -168,6 +190,7 @@ def disable() -> None:
         if not _STACK:
             _release_compiles()
     top.library._destroy()
+    return top
 
 
 # torch.compile under the mode: inductor lowers aten's operators to kernels of its own (its GEMMs, fused reductions),
@@ -208,13 +231,14 @@ def _refuse(t: tiers.Tier, op: str, key: str) -> Callable:
 
 
 # ---- the operators, in the tier's kernels ------------------------------------------------------------------
-def _served(t: tiers.Tier) -> dict[str, Callable]:
+def _served(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
     """The tier's servers, and for the dtypes it lacks its fallback's (the fast tier has bf16 and fp16: a bf16
-    model's fp32 rotary frequencies are the exact tier's products), as its operators fall back (rl_kernel.tiers)."""
-    own = _servers(t)
+    model's fp32 rotary frequencies are the exact tier's products), as its operators fall back (rl_kernel.tiers);
+    checks: the mode's, which they defer to its exit."""
+    own = _servers(t, checks)
     if not t.fallback:
         return own
-    below, mine = _served(tiers.get(t.fallback)), {_DTYPES[d] for d in t.dtypes}
+    below, mine = _served(tiers.get(t.fallback), checks), {_DTYPES[d] for d in t.dtypes}
     return {name: by_dtype(mine, serve, below[name]) for name, serve in own.items()}
 
 
@@ -228,7 +252,7 @@ def by_dtype(mine: set[torch.dtype], own: Callable, below: Callable) -> Callable
     return serve
 
 
-def _servers(t: tiers.Tier) -> dict[str, Callable]:
+def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
     linear, log_softmax, log_softmax_backward = t.op("linear"), t.op("log_softmax"), t.op("log_softmax_backward")
     embedding_grad = _embedding_grad(t)
     dtypes = {_DTYPES[d] for d in t.dtypes}
@@ -242,7 +266,8 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
     # A tier with its own `mm` picks the linear's forward / dX / dW kernel by the operands' layouts (the fast
     # tier: patch's bits, no transposed copies); else every product is the tier's linear of b's transpose.
     own_mm = t.op("mm") if "mm" in t.all_operators() else None
-    own_grouped = t.op("grouped_mm") if "grouped_mm" in t.all_operators() else None  # every expert in one launch
+    # Every expert (bmm: every element) in one launch, no host read of offs (their check deferred to `checks`).
+    own_grouped = t.op("grouped_mm") if "grouped_mm" in t.all_operators() else None
 
     def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         with torch.no_grad():  # below autograd: aten's own formulas differentiate the product
@@ -269,13 +294,11 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
         if bias is not None or out_dtype not in (None, a.dtype):
             raise ModeError(f"rl_kernel.mode({t.name!r}): aten::_grouped_mm with a bias or out_dtype={out_dtype}: "
                             "the tier's products take neither (add a bias after, in their dtype)")  # fmt: skip
-        return grouped_mm(a, b, offs, product, own_grouped)
+        return grouped_mm(a, b, offs, product, own_grouped, checks)
 
-    def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check("bmm", a, b)
-        if a.shape[0] == 0:
-            return a.new_empty((0, a.shape[1], b.shape[2]))
-        return torch.stack([product(a[i], b[i]) for i in range(a.shape[0])])
+        return bmm(a, b, product, own_grouped)
 
     def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
         check("_log_softmax", x)
@@ -310,7 +333,7 @@ def _servers(t: tiers.Tier) -> dict[str, Callable]:
             dot = nonzero_sum(g * y).unsqueeze(-1)
             return (y * (g - dot)).movedim(-1, dim).to(input_dtype)
 
-    served = {"mm": mm, "addmm": addmm, "bmm": bmm, "_log_softmax": _log_softmax,
+    served = {"mm": mm, "addmm": addmm, "bmm": _bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,
               "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
               "index_add_": index_add_, "index_put": index_put_server,
@@ -372,57 +395,6 @@ def _rms_norm_server(t: tiers.Tier, check: Callable) -> Callable:
         return rms_norm(x, weight, torch.finfo(x.dtype).eps if eps is None else eps)
 
     return serve
-
-
-def key_ranges(q, k, attn_mask, is_causal: bool, tier: str = "exact") -> tuple[torch.Tensor, torch.Tensor, int]:
-    """SDPA's mask as the tier's attention states it: (q_pos, k_start, window), query row t of sequence b seeing
-    keys max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] (window 0: from k_start[b]). Causal (top-left, as
-    SDPA's is_causal), none (every key) and a boolean or 0/-inf mask of that form (a left padding under a causal
-    mask, a sliding window that cuts keys, the same for every head; right pads) are served; any other mask is refused
-    by name."""
-    b, tq, s = q.shape[0], q.shape[2], k.shape[2]
-    cols = torch.arange(s, device=q.device)
-    if attn_mask is None:
-        rows = torch.arange(tq, device=q.device) if is_causal else torch.full((tq,), s - 1, device=q.device)
-        return rows.expand(b, tq).contiguous(), torch.zeros(b, dtype=torch.int64, device=q.device), 0
-    if attn_mask.dtype == torch.bool:
-        seen = attn_mask
-    elif bool(((attn_mask == 0) | (attn_mask == float("-inf"))).all()):
-        seen = attn_mask == 0
-    else:
-        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with an additive mask of "
-                        "values other than 0 and -inf (a bias, ALiBi): the tier's attention has none")  # fmt: skip
-    while seen.dim() < 4:
-        seen = seen.unsqueeze(0)
-    seen = seen.expand(b, seen.shape[1], tq, s)
-    if not bool((seen == seen[:, :1]).all()):
-        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that differs by head")
-    seen = seen[:, 0]
-    some = seen.any(-1)
-    first = torch.where(seen, cols, s).amin(-1)  # each row's first key
-    k_start = torch.where(some, first, s).amin(-1).clamp(max=s - 1)
-    q_pos = torch.where(some, torch.where(seen, cols, -1).amax(-1), k_start[:, None] - 1)
-    window = _window(first, q_pos, k_start, some)
-    lo = k_start[:, None] if not window else torch.maximum(k_start[:, None], q_pos - window + 1)
-    rebuilt = (cols >= lo[:, :, None]) & (cols <= q_pos[:, :, None])
-    # A row whose last key repeats the row before's sees no key of its own: a right pad. Under a window it sees the
-    # tail of that range (stated whole: a pad's output is no token's); it may see nothing outside it.
-    pad = torch.zeros_like(some)
-    pad[:, 1:] = some[:, 1:] & (q_pos[:, 1:] == q_pos[:, :-1])
-    if not bool(torch.where(pad[:, :, None], rebuilt | ~seen, rebuilt == seen).all()):
-        raise ModeError(f"rl_kernel.mode({tier!r}): scaled_dot_product_attention with a mask that is not a key range "
-                        "max(k_start[b], q_pos[b, t] - window + 1) .. q_pos[b, t] per row (packed sequences, "
-                        "bidirectional blocks): the tier's attention cannot state it")  # fmt: skip
-    return q_pos.contiguous(), k_start.contiguous(), window
-
-
-def _window(first: torch.Tensor, q_pos: torch.Tensor, k_start: torch.Tensor, some: torch.Tensor) -> int:
-    """The sliding window of rows whose first key comes after their sequence's: the keys they see (one count for
-    all of them, or the mask is none the tier states: key_ranges rebuilds it to check), 0 where no row is cut."""
-    cut = some & (first > k_start[:, None])
-    if not bool(cut.any()):
-        return 0
-    return int((q_pos - first + 1)[cut].max())
 
 
 # ---- the audit: what a model still leaves to stock ---------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rl_kernel import _validate, mode_tree
+from rl_kernel import mode_tree
 
 
 class ModeError(ValueError):
@@ -216,48 +216,112 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def group_bounds(offs: torch.Tensor, groups: int, total: int, what: str) -> list[tuple[int, int]]:
-    """[(start, end)] of each group from aten's offs, checked (a ModeError naming the problem)."""
-    try:
-        return _validate.group_bounds(offs, groups, total, what, "rl_kernel.mode: aten::_grouped_mm")
-    except ValueError as exc:
-        raise ModeError(str(exc)) from None
+class Checks:
+    """The checks a mode defers to its exit: a grouped GEMM's offs, which the fast tier's kernels check on the device
+    (a flag per problem and device, set by the kernel: no host read, so no sync, per call), read once when the mode
+    exits; and the problems a tier's host loop found (it reads offs anyway), reported then as well: one behaviour
+    for every tier."""
+
+    def __init__(self) -> None:
+        self._flags: dict[tuple[torch.device, str], torch.Tensor] = {}
+        self._found: list[str] = []
+
+    def flag(self, device: torch.device, problem: str) -> torch.Tensor:
+        """The int32 [1] flag a kernel sets to 1 when `problem` holds (zeros at first, made once per mode)."""
+        key = (device, problem)
+        if key not in self._flags:
+            self._flags[key] = torch.zeros(1, dtype=torch.int32, device=device)
+        return self._flags[key]
+
+    def found(self, problem: str) -> None:
+        if problem not in self._found:
+            self._found.append(problem)
+
+    def problems(self) -> list[str]:
+        """Every problem found or flagged (one read of the flags per device: the mode's exit syncs once)."""
+        problems = list(self._found)
+        for device in dict.fromkeys(d for d, _ in self._flags):
+            keys = [key for key in self._flags if key[0] == device]
+            values = torch.cat([self._flags[key] for key in keys]).tolist()
+            problems += [p for (_, p), v in zip(keys, values, strict=True) if v and p not in problems]
+        return problems
+
+
+def _bounds(offs: torch.Tensor, total: int) -> tuple[list[tuple[int, int]], bool]:
+    """[(start, end)] of each group as the fast tier's kernels find them (ends clamped into [0, total], a decreasing
+    end an empty group), and whether offs were bad (not non-decreasing ends within [0, total]); one host read."""
+    bounds, start, bad = [], 0, False
+    for end in (int(e) for e in offs.tolist()):
+        bad = bad or end < start or end > total
+        clamped = max(start, min(end, total))
+        bounds.append((start, clamped))
+        start = clamped
+    return bounds, bad
 
 
 def grouped_mm(
-    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product, grouped: Callable | None = None
-) -> torch.Tensor:
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product, grouped: Callable | None = None,
+    checks: Checks | None = None,
+) -> torch.Tensor:  # fmt: skip
     """aten::_grouped_mm as one `product` (the tier's mm) per group, so that every row of a group has the tier's
-    linear bits whatever rows, and however many, its expert received (`grouped`: the tier's own grouped GEMM for the
-    two forms with offs, one launch each, where it has one):
+    linear bits whatever rows, and however many, its expert received (`grouped`: the tier's own grouped GEMM, one
+    launch per call, where it has one: rl_kernel.fast.grouped_mm's signature):
     - a [S, K] (tokens sorted by expert), b [E, K, N], offs [E]: out[rows of g] = a[rows of g] @ b[g] (the experts'
       forward and, with b transposed, their dX); rows past the last group are zeros;
     - a [K, S], b [S, N], offs [E]: out [E, K, N], out[g] = a[:, tokens of g] @ b[tokens of g] (their dW, a sum over
       the group's tokens in token order, the tier's dW chain); an empty group's is zeros;
-    - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g]."""
-    if grouped is not None and a.dim() == 2 and b.dim() in (2, 3) and offs is not None:
+    - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g] (bmm's).
+    offs that are not E non-decreasing ends within the rows (tokens): with `checks` (the mode's), the groups are
+    taken clamped (a decreasing end an empty group) and the problem is reported at the mode's exit, the grouped
+    kernel reading no offs on the host; without, a ModeError at once."""
+    if a.dim() == 3 and b.dim() == 3 and offs is None:
+        return bmm(a, b, product, grouped, "_grouped_mm")
+    if a.dim() != 2 or b.dim() not in (2, 3) or offs is None or offs.dim() != 1:
+        raise ModeError(f"rl_kernel.mode: aten::_grouped_mm of {a.dim()}-d by {b.dim()}-d operands "
+                        f"{'with' if offs is not None else 'without'} offs is not served (the experts' forward, dX "
+                        "and dW forms are: 2-d x 3-d and 2-d x 2-d with 1-d offs, 3-d x 3-d without)")  # fmt: skip
+    groups, (total, what) = offs.shape[0], (a.shape[0], "rows") if b.dim() == 3 else (a.shape[1], "tokens")
+    if b.dim() == 3 and b.shape[0] != groups:
+        raise ModeError(f"rl_kernel.mode: aten::_grouped_mm of {groups} groups (offs) by {b.shape[0]} experts (b)")
+    problem = (f"aten::_grouped_mm with offs that are not {groups} non-decreasing group ends within the {total} "
+               f"{what}")  # fmt: skip
+    if grouped is not None:
+        flag = None if checks is None else checks.flag(a.device, problem)
         try:
-            return grouped(a, b, offs)
-        except ValueError as exc:  # bad offs or shapes, named by the tier's operator
+            return grouped(a, b, offs, validate=checks is None, flag=flag)
+        except ValueError as exc:  # bad offs (no checks) or shapes, named by the tier's operator
             raise ModeError(str(exc)) from None
-    if a.dim() == 2 and b.dim() == 3 and offs is not None:
+    bounds, bad = _bounds(offs, total)
+    if bad and checks is None:
+        raise ModeError(f"rl_kernel.mode: {problem}: {offs.tolist()[:8]}")
+    if bad:
+        checks.found(problem)
+    if b.dim() == 3:
         out = a.new_zeros((a.shape[0], b.shape[2]))
-        for g, (s, e) in enumerate(group_bounds(offs, b.shape[0], a.shape[0], "rows")):
+        for g, (s, e) in enumerate(bounds):
             if e > s:
                 out[s:e] = product(a[s:e], b[g])
         return out
-    if a.dim() == 2 and b.dim() == 2 and offs is not None:
-        out = a.new_zeros((offs.shape[0], a.shape[0], b.shape[1]))
-        for g, (s, e) in enumerate(group_bounds(offs, offs.shape[0], a.shape[1], "tokens")):
-            if e > s:
-                out[g] = product(a[:, s:e], b[s:e])
-        return out
-    if a.dim() == 3 and b.dim() == 3 and offs is None:
-        return torch.stack([product(a[g], b[g]) for g in range(a.shape[0])]) if a.shape[0] else a.new_empty(
-            (0, a.shape[1], b.shape[2]))  # fmt: skip
-    raise ModeError(f"rl_kernel.mode: aten::_grouped_mm of {a.dim()}-d by {b.dim()}-d operands "
-                    f"{'with' if offs is not None else 'without'} offs is not served (the experts' forward, dX and dW "
-                    "forms are: 2-d x 3-d and 2-d x 2-d with offs, 3-d x 3-d without)")  # fmt: skip
+    out = a.new_zeros((groups, a.shape[0], b.shape[1]))
+    for g, (s, e) in enumerate(bounds):
+        if e > s:
+            out[g] = product(a[:, s:e], b[s:e])
+    return out
+
+
+def bmm(
+    a: torch.Tensor, b: torch.Tensor, product: Product, grouped: Callable | None = None, op: str = "bmm"
+) -> torch.Tensor:
+    """aten::bmm (and _grouped_mm's 3-d form): out[i] = product(a[i], b[i]) for each element, in one launch where
+    the tier has a grouped GEMM (`grouped(a, b)`: each element its product's bits), else one product each."""
+    if grouped is not None:
+        try:
+            return grouped(a, b)
+        except ValueError as exc:  # shapes, named by the tier's operator
+            raise ModeError(f"rl_kernel.mode: aten::{op}: {exc}") from None
+    if a.shape[0] == 0:
+        return a.new_empty((0, a.shape[1], b.shape[2]))
+    return torch.stack([product(a[i], b[i]) for i in range(a.shape[0])])
 
 
 # ---- index_put with accumulate: a gather's backward (a mixture of experts' tokens, each picked top-k times) ---------

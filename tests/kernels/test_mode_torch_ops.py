@@ -1,7 +1,7 @@
 """rl_kernel.mode's operators written in torch's own elementwise ops, the same on every device whatever the tier
 (rl_kernel.mode_ops): sums and means as the contract's plain-sum tree, softmax over a row's nonzero terms, topk's ties,
-index_add's order, LayerNorm and logsumexp by the tree; the grouped GEMM refused. Every equality is on integer views
-of the bits."""
+index_add's order, LayerNorm and logsumexp by the tree; the grouped GEMM per expert, bad offs reported at the mode's
+exit. Every equality is on integer views of the bits."""
 
 from __future__ import annotations
 
@@ -199,14 +199,41 @@ def test_the_grouped_gemm_is_the_tiers_product_per_expert() -> None:
 
 
 def test_the_grouped_gemm_refuses_what_it_cannot_state() -> None:
+    """Bad offs (a decreasing end, an end past the rows or tokens): the groups are taken as the fast tier's kernels
+    take them without reading offs on the host (ends clamped into range, a decreasing end an empty group) and the
+    problem is a ModeError when the mode exits, in every tier (test_fast_grouped.py: the fast tier's device-side
+    flag); good offs raise nothing; an error of the block itself is not replaced; a nested mode's problem is its own
+    exit's, enable() / disable()'s too. A form the tier cannot state (3-d x 2-d) is refused at once."""
     a, b = torch.randn(6, 8), torch.randn(2, 8, 4)
-    with M.mode("exact"):
-        for offs, match in ((torch.tensor([4, 3], dtype=torch.int32), "non-decreasing"),
-                            (torch.tensor([3, 7], dtype=torch.int32), "within the 6 rows")):  # fmt: skip
-            with pytest.raises(M.ModeError, match=match):
-                torch._grouped_mm(a, b, offs=offs)
-        with pytest.raises(M.ModeError, match="3-d by 2-d"):
-            torch._grouped_mm(b, a.t().contiguous(), offs=torch.tensor([4], dtype=torch.int32))
+    for ends, bounds in (([4, 3], [(0, 4), (4, 4)]), ([3, 7], [(0, 3), (3, 6)])):
+        offs = torch.tensor(ends, dtype=torch.int32)
+        problem = "offs that are not 2 non-decreasing group ends within the 6 rows"
+        with pytest.raises(M.ModeError, match=problem), M.mode("exact"):
+            out = torch._grouped_mm(a, b, offs=offs)
+        assert M.active() is None
+        for e, (s, t) in enumerate(bounds):
+            same(out[s:t], rl_kernel.linear(a[s:t], b[e].t().contiguous()), f"{ends}: expert {e}'s clamped rows")
+        assert not out[bounds[-1][1] :].any(), "rows past the clamped groups are zeros"
+    with pytest.raises(M.ModeError, match="within the 6 tokens"), M.mode("exact"):
+        torch._grouped_mm(a.t(), torch.randn(6, 5), offs=torch.tensor([2, 9], dtype=torch.int32))
+    good, bad = torch.tensor([2, 6], dtype=torch.int32), torch.tensor([4, 3], dtype=torch.int32)
+    with M.mode("exact"):  # good offs: nothing at the exit (the control of the raises above)
+        torch._grouped_mm(a, b, offs=good)
+    with pytest.raises(KeyError, match="the block's own"), M.mode("exact"):
+        torch._grouped_mm(a, b, offs=bad)
+        raise KeyError("the block's own")
+    assert M.active() is None
+    with M.mode("exact"):  # the inner mode's problem is its exit's, not the outer's
+        with pytest.raises(M.ModeError, match="non-decreasing"), M.mode("exact"):
+            torch._grouped_mm(a, b, offs=bad)
+        torch._grouped_mm(a, b, offs=good)
+    M.enable("exact")
+    torch._grouped_mm(a, b, offs=bad)
+    with pytest.raises(M.ModeError, match="non-decreasing"):
+        M.disable()
+    assert M.active() is None
+    with M.mode("exact"), pytest.raises(M.ModeError, match="3-d by 2-d"):
+        torch._grouped_mm(b, a.t().contiguous(), offs=torch.tensor([4], dtype=torch.int32))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -74,22 +74,37 @@ def mm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> to
     return linear_kernels.mm(a, b, bias)
 
 
-def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """A mixture of experts' grouped GEMM in one launch (grouped_kernels), aten::_grouped_mm's two forms with offs
-    [E] (each expert's end row or token):
-    - a [S, K] tokens sorted by expert, b [E, K, N]: out[rows of g] = a[rows of g] @ b[g], each row the bits of
-      rl_kernel.fast.mm of its expert's rows (the experts' forward and dX);
-    - a [M, S], b [S, N]: out [E, M, N], out[g] = a[:, tokens of g] @ b[tokens of g], the fast dW's order over each
-      expert's tokens (their dW).
+def grouped_mm(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, validate: bool = True,
+    flag: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """A mixture of experts' grouped GEMM in one launch (grouped_kernels), aten::_grouped_mm's three forms:
+    - a [S, K] tokens sorted by expert, b [E, K, N], offs [E] (each expert's end row): out[rows of g] = a[rows of g]
+      @ b[g], each row the bits of rl_kernel.fast.mm of its expert's rows (the experts' forward and dX);
+    - a [M, S], b [S, N], offs [E] (each expert's end token): out [E, M, N], out[g] = a[:, tokens of g] @ b[tokens
+      of g], the fast dW's order over each expert's tokens (their dW);
+    - a [B, M, K], b [B, K, N], no offs: out[i] = a[i] @ b[i], each the bits of fast.mm(a[i], b[i]) (aten::bmm).
+    validate=True checks offs first (a host read: a sync; a ValueError naming the problem). validate=False reads
+    nothing on the host: the kernels find the groups on the device, safe for any offs (ends clamped into range, a
+    decreasing end an empty group), and set flag (int32 [1] on a's device, if given) to 1 where offs are bad.
     No autograd of its own (the mode serves it below autograd: aten's formulas differentiate it)."""
     check_tensors(NAME, "grouped_mm", a=a, b=b)
-    rows = a.dim() == 2 and b.dim() == 3 and a.shape[1] == b.shape[1]
-    tokens = a.dim() == 2 and b.dim() == 2 and a.shape[1] == b.shape[0]
-    if not (rows or tokens) or offs.dim() != 1:
-        raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K] and b [E, K, N], or a [M, S] and b [S, N], with offs "
-                         f"[E], got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(offs.shape)}")  # fmt: skip
+    two = a.dim() == 2 and offs is not None and offs.dim() == 1
+    rows = two and b.dim() == 3 and a.shape[1] == b.shape[1] and offs.shape[0] == b.shape[0]
+    tokens = two and b.dim() == 2 and a.shape[1] == b.shape[0]
+    batched = offs is None and a.dim() == 3 and b.dim() == 3 and a.shape[0] == b.shape[0] and a.shape[2] == b.shape[1]
+    if not (rows or tokens or batched):
+        raise ValueError(f"rl_kernel.fast.grouped_mm: a [S, K], b [E, K, N] and offs [E], or a [M, S], b [S, N] and "
+                         f"offs [E], or a [B, M, K] and b [B, K, N] without offs, got {tuple(a.shape)}, "
+                         f"{tuple(b.shape)}, {None if offs is None else tuple(offs.shape)}")  # fmt: skip
+    if offs is not None and (offs.device != a.device or offs.dtype.is_floating_point or offs.dtype == torch.bool):
+        raise ValueError(f"rl_kernel.fast.grouped_mm: offs must be integers on {a.device}, got {offs.dtype} on "
+                         f"{offs.device}")  # fmt: skip
     require_triton(NAME)
-    return grouped_kernels.grouped_mm(a, b, offs) if rows else grouped_kernels.grouped_dw(a, b, offs)
+    if batched:
+        return grouped_kernels.batched_mm(a, b)
+    grouped = grouped_kernels.grouped_mm if rows else grouped_kernels.grouped_dw
+    return grouped(a, b, offs, validate, flag)
 
 
 def attention(
