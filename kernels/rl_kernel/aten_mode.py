@@ -55,7 +55,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from rl_kernel import mode_norms, mode_positions, tiers
-from rl_kernel.mode_masks import key_ranges
+from rl_kernel.mode_masks import RangesMemo, key_ranges
 from rl_kernel.mode_ops import (
     Checks,
     ModeError,
@@ -356,6 +356,7 @@ def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
 def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
     attention = t.op("attention")
     windowed = "window" in inspect.signature(attention).parameters  # a third tier's attention may have none
+    memo = RangesMemo()  # the mode's: one mask per forward, read by its first layer
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         check("scaled_dot_product_attention", q, k, v)
@@ -365,7 +366,7 @@ def _sdpa_server(t: tiers.Tier, check: Callable) -> Callable:
         if q.dim() != 4:
             raise ModeError(f"rl_kernel.mode({t.name!r}): scaled_dot_product_attention on {q.dim()}-d q: the tier "
                             "takes [batch, heads, len, head_dim]")  # fmt: skip
-        q_pos, k_start, window = key_ranges(q, k, attn_mask, is_causal, t.name)
+        q_pos, k_start, window = memo.key_ranges(q, k, attn_mask, is_causal, t.name)
         if not window:
             return attention(q, k, v, q_pos, k_start, scale)
         if not windowed:

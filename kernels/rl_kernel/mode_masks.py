@@ -4,6 +4,9 @@ refused by name."""
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+
 import torch
 
 from rl_kernel.mode_ops import ModeError
@@ -58,3 +61,29 @@ def _window(first: torch.Tensor, q_pos: torch.Tensor, k_start: torch.Tensor, som
     if not bool(cut.any()):
         return 0
     return int((q_pos - first + 1)[cut].max())
+
+
+class RangesMemo:
+    """key_ranges of the masks seen last: a model's layers take one mask tensor per forward (one per kind of layer,
+    full or windowed), so its second layer on finds the ranges the first one read. Reading a mask is several passes
+    over [batch, len, keys] and a host sync each (its checks), per layer without this. A hit is the same tensor
+    object (a weak reference: a freed mask's id may come back), unmodified (its version counter) and the same call
+    shape; anything else reads the mask anew."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self.entries: OrderedDict[tuple, tuple[weakref.ref, tuple[torch.Tensor, torch.Tensor, int]]] = OrderedDict()
+
+    def key_ranges(self, q, k, attn_mask, is_causal: bool, tier: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+        if attn_mask is None:  # nothing to read
+            return key_ranges(q, k, attn_mask, is_causal, tier)
+        key = (id(attn_mask), attn_mask._version, q.shape[0], q.shape[2], k.shape[2], is_causal, q.device)
+        hit = self.entries.get(key)
+        if hit is not None and hit[0]() is attn_mask:
+            self.entries.move_to_end(key)
+            return hit[1]
+        ranges = key_ranges(q, k, attn_mask, is_causal, tier)
+        self.entries[key] = (weakref.ref(attn_mask), ranges)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+        return ranges
