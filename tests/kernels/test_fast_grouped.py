@@ -10,6 +10,7 @@ the bits of fast.mm of that element alone, in both forms of transformers' batche
 from __future__ import annotations
 
 import contextlib
+import itertools
 
 import pytest
 import torch
@@ -43,6 +44,37 @@ def test_interpreter_bmm_under_the_mode_is_one_launch_of_each_elements_bits() ->
 def test_interpreter_the_modes_grouped_gemm_reads_no_offs_and_checks_them_at_exit() -> None:
     found = interpret(__file__, "offs")
     assert len(found) == 8 and not failed(found), failed(found)
+
+
+@pytest.mark.gpu
+def test_the_modes_experts_never_make_the_host_wait() -> None:
+    """Under mode("fast") the experts' products (the forward, dX and dW forms of aten::_grouped_mm, and aten::bmm,
+    transformers' batched_mm) launch without a host sync (CUDA's sync debug mode raises on one), and still give each
+    expert fast.mm's bits. Control: the public fast.grouped_mm, which checks offs eagerly, does sync."""
+    g = torch.Generator(device="cuda").manual_seed(8)
+    e, s, k, n = 8, 300, 256, 192
+    a = torch.randn(s, k, generator=g, device="cuda").bfloat16()
+    w = torch.randn(e, n, k, generator=g, device="cuda").bfloat16()
+    offs = torch.tensor([0, 10, 10, 90, 200, 201, 260, 300], dtype=torch.int32, device="cuda")
+    dy = torch.randn(s, n, generator=g, device="cuda").bfloat16()
+    with M.mode("fast"):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            out = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+            dx = torch._grouped_mm(dy, w, offs=offs)
+            dw = torch._grouped_mm(a.t(), dy, offs=offs)
+            bmm = torch.bmm(a[:64, None], w[torch.arange(64, device="cuda") % e].transpose(-2, -1))
+            with pytest.raises(RuntimeError, match="synchroniz"):
+                fast.grouped_mm(a, w.transpose(-2, -1), offs)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    ends = [0, *offs.tolist()]
+    for x, (lo, hi) in enumerate(itertools.pairwise(ends)):
+        if hi > lo:
+            assert bits_equal(out[lo:hi], fast.mm(a[lo:hi], w[x].t())), f"expert {x}'s forward"
+            assert bits_equal(dx[lo:hi], fast.mm(dy[lo:hi], w[x])), f"expert {x}'s dX"
+            assert bits_equal(dw[x], fast.mm(a[lo:hi].t(), dy[lo:hi])), f"expert {x}'s dW"
+    assert all(bits_equal(bmm[i], fast.mm(a[i : i + 1], w[i % e].t())) for i in range(64)), "bmm's elements"
 
 
 def test_bad_offsets_are_refused_by_name() -> None:
