@@ -36,8 +36,7 @@ from rl_kernel.fast.decoder.attention_tiles import (
     LOG2E,
     _cfg,
     _check_group,
-    _rows,
-    _spaced_rows,
+    _query_block,
     _window_class,
     spaced_blocks,
 )
@@ -144,19 +143,10 @@ def _attn_fwd_kernel(
     ROWS_T: tl.constexpr,
     WINDOWED: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // Hkv).to(tl.int64)
-    hkv = pid_bh % Hkv
-    if WINDOWED:
-        t, h, valid = _spaced_rows(pid_m, hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
-    else:
-        t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
-    t64 = t.to(tl.int64)
+    b, hkv, t64, h, valid, ks, qp, on = _query_block(
+        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
+    )
     h64 = h.to(tl.int64)
-    ks = tl.load(kstart_ptr + b)
-    qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
-    on = valid & (qp >= ks)
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_D
     q = tl.load(

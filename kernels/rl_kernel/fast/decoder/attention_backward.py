@@ -14,8 +14,8 @@ from rl_kernel.fast.decoder.attention_tiles import (
     LOG2E,
     _cfg,
     _check_group,
+    _query_block,
     _rows,
-    _spaced_rows,
     _window_class,
     spaced_blocks,
 )
@@ -155,18 +155,9 @@ def _attn_bwd_dq_kernel(
 ):
     """One packed query block of one KV head; its key tiles from its first key in order (all contiguous); with a
     window, class by class as the forward walks them (fast.decoder.attention)."""
-    pid_m = tl.program_id(0)
-    pid_bh = tl.program_id(1)
-    b = (pid_bh // Hkv).to(tl.int64)
-    hkv = pid_bh % Hkv
-    if WINDOWED:
-        t, h, valid = _spaced_rows(pid_m, hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
-    else:
-        t, h, valid = _rows(pid_m, hkv, Tq, G, BLOCK_M, ROWS_T)
-    t64 = t.to(tl.int64)
-    ks = tl.load(kstart_ptr + b)
-    qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
-    on = valid & (qp >= ks)
+    b, hkv, t64, h, valid, ks, qp, on = _query_block(
+        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
+    )
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_D
     row = (b * Hq + h.to(tl.int64)) * Tq + t64

@@ -46,6 +46,26 @@ def spaced_blocks(tq: int, rows_t: int, block_n: int) -> tuple[int, int]:
 
 
 @_jit
+def _query_block(
+    qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr,
+    BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr,
+):  # fmt: skip
+    """This program's block (program (i, j): query block i of sequence b = j // Hkv, KV head j % Hkv): b, the KV head,
+    its packed rows' positions t (int64) and query heads h, which rows are valid, the sequence's k_start, each row's
+    q_pos and whether it sees any key (on: q_pos >= k_start)."""
+    b = (tl.program_id(1) // Hkv).to(tl.int64)
+    hkv = tl.program_id(1) % Hkv
+    if WINDOWED:
+        t, h, valid = _spaced_rows(tl.program_id(0), hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
+    else:
+        t, h, valid = _rows(tl.program_id(0), hkv, Tq, G, BLOCK_M, ROWS_T)
+    t64 = t.to(tl.int64)
+    ks = tl.load(kstart_ptr + b)
+    qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
+    return b, hkv, t64, h, valid, ks, qp, valid & (qp >= ks)
+
+
+@_jit
 def _window_class(todo, first, qp, BLOCK_N: tl.constexpr):
     """The next class of a windowed block's rows: those of `todo` whose first key (max(k_start, q - window + 1)) lies
     where the least such one's does within a key tile, so that each of them walks its own tiles (counted from its
