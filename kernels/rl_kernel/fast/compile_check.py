@@ -218,9 +218,9 @@ def compile_grouped_gemm(target: str, dtype: str, tile: dict, options: dict, kin
 
 
 def compile_grouped_dw(target: str, dtype: str, tile: dict, options: dict):
-    """The experts' dW in one launch (each expert's sum over its tokens), A M-contiguous as autograd hands it (h^T)."""
+    """The experts' dW in one launch (each expert's sum over its tokens), A K-contiguous as grouped_dw copies it."""
     fn = grouped_kernels._grouped_dw_kernel
-    const = {"stride_am": 1, "CHECK": True, "GROUPS": 64, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
+    const = {"stride_ak": 1, "CHECK": True, "GROUPS": 64, "BLOCK_M": tile["block_m"], "BLOCK_N": tile["block_n"],
              "BLOCK_K": tile["block_k"]}  # fmt: skip
     return _compile(fn, _grouped_types(fn, dtype), const, target, options)
 

@@ -20,8 +20,8 @@ as zeros (a K walk of no step). Tiles never outnumber cdiv(S, BLOCK_M) + E, the 
     out[g] = a[:, tokens of g] @ b[tokens of g]      a [M, S], b [S, N], offs [E]: the experts' dW, out [E, M, N]
 
 The experts' dW in one launch too (grouped_dw): each expert's sum over its own tokens in the fast dW's order (the
-tokens ascending in steps of linear_dw's pinned BLOCK_K, one dot per step, fp32 from +0, rounded once), A read in the
-layout it comes in (autograd's h^T: M-contiguous); an expert's tokens never meet another's, so its dW does not depend
+tokens ascending in steps of linear_dw's pinned BLOCK_K, one dot per step, fp32 from +0, rounded once), A read
+K-contiguous as grad_w_2d's pointer path reads it; an expert's tokens never meet another's, so its dW does not depend
 on the others. A program's expert is its row tile's quotient by cdiv(M, BLOCK_M), its tokens come from offs on the
 device; an expert with no token walks no K step and stores zeros.
 
@@ -183,10 +183,10 @@ def grouped_dw(
         return out.zero_()
     cfg = config_for("linear_dw", target_of(a.device))
     bm, bn = cfg["block_m"], cfg["block_n"]
-    # Read in place where either dimension is contiguous (autograd hands h^T, M-contiguous, whose expert offsets
-    # stay 16-byte aligned; a copy to K-contiguous cost a full pass and misaligned every expert's first token): the
-    # layout moves no bit, the K walk is the same.
-    a = a if 1 in a.stride() else a.contiguous()
+    # K (the tokens) contiguous, as grad_w_2d's pointer path copies dY^T: the layout whose bits the GPU has shown
+    # equal to each expert's fast.mm. (Reading autograd's h^T in place would save this pass and keep each expert's
+    # first token aligned; its bits on sm_90 are not yet seen.)
+    a = a.contiguous()
     launch(
         _grouped_dw_kernel, (e * triton.cdiv(m, bm), triton.cdiv(n, bn)), a, b, out, offs,
         offs if flag is None else flag, e, s, m, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
