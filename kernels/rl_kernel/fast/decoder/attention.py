@@ -45,10 +45,8 @@ from rl_kernel.triton_tier import launch, launch_replay
 # ---- forward --------------------------------------------------------------------------------------------
 # The masks of a key tile: none (every row sees every key), causal (a row sees keys up to its q_pos), rows (a
 # windowed block's class: its rows see every key, the others none), window (a row sees first .. q_pos).
-NONE = tl.constexpr(0)
-CAUSAL = tl.constexpr(1)
-ROWS = tl.constexpr(2)
-WINDOW = tl.constexpr(3)
+_constexpr = tl.constexpr if tl is not None else int  # globals a kernel reads; plain ints where Triton is missing
+NONE, CAUSAL, ROWS, WINDOW = _constexpr(0), _constexpr(1), _constexpr(2), _constexpr(3)
 
 
 @_jit
