@@ -147,6 +147,6 @@ def logp_plus_entropy(logp: torch.Tensor, ent: torch.Tensor) -> torch.Tensor:
 def head_loss(tier: str) -> Callable[..., tuple[torch.Tensor, None]]:
     """rl_kernel.lm_head_loss in the tier as (h, w, t) -> (loss, None): the loss sum(logp + entropy), the
     gradient the other heads' sum(logp) + sum(entropy) gives, computed in the forward (three head GEMMs)."""
-    from rl_kernel.head_loss import lm_head_loss
+    from rl_kernel.head.loss import lm_head_loss
 
     return lambda h, w, t: (lm_head_loss(h, w, t, logp_plus_entropy, torch.sum, tier=tier, entropy=True).loss, None)

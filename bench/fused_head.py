@@ -27,7 +27,7 @@ from bench import contenders as C
 from bench import environment, gpu_missing, parser, timing
 from rl_kernel import head
 from rl_kernel.bitwise import bits_equal
-from rl_kernel.head_loss import computes_in_forward, lm_head_loss
+from rl_kernel.head.loss import computes_in_forward, lm_head_loss
 
 TIERS = ("exact", "fast")
 STOCK = "stock F.linear+log_softmax"

@@ -36,7 +36,8 @@ import torch
 
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, rollout, timing
-from rl_kernel import aten_mode, head_loss
+from rl_kernel.aten import mode as aten_mode
+from rl_kernel.head import loss as head_loss
 from rl_kernel.optim import ExactAdamW
 
 CLIP = 0.2  # the surrogate's clip range: ratios outside [1 - CLIP, 1 + CLIP] are clipped

@@ -32,7 +32,7 @@ from torch import nn
 import rl_kernel
 from bench import contenders, environment, model_shapes, parser, publish, timing
 from bench.model_step import fused_loss, fused_scorer, logits_scorer, scored_loss, train_step
-from rl_kernel import head_loss
+from rl_kernel.head import loss as head_loss
 
 LABEL = "family:"  # the prefix of the profiler ranges the module hooks open
 # Family by kernel name, first match wins (cuBLAS, CUTLASS and nvjet GEMMs; the fast tier's Triton kernels; the

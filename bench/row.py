@@ -75,9 +75,9 @@ def measure(dtype: torch.dtype, rows: int, vocab: int, liger, rl_only: bool = Fa
 
 
 def measure_ranks(dtype: torch.dtype, rows: int, vocab: int, tps: tuple[int, ...]) -> list[dict]:
-    """A vocab-parallel rank's own kernel (rl_kernel.rowtree.local_stats on its contiguous slice, Megatron's
+    """A vocab-parallel rank's own kernel (rl_kernel.head.rowtree.local_stats on its contiguous slice, Megatron's
     cut) against a copy of that slice, for rank 0 (the widest) and the last rank of each tp."""
-    from rl_kernel import parallel, rowtree
+    from rl_kernel.head import parallel, rowtree
 
     g = torch.Generator(device="cuda").manual_seed(rows)
     x = (torch.randn(rows, vocab, device="cuda", generator=g) * 2.5).to(dtype)

@@ -11,10 +11,10 @@ lists every tier this installation offers (`tiers.get("fast").op("linear")`).
 
 and the layers of a decoder in the same tier: linear, rms_norm, rope_table, rotary, silu_mul and attention (causal
 GQA, one algorithm for prefill and decode), a fused LM head that never materialises the logits (rl_kernel.head:
-lm_head_logprobs, for every tier; rl_kernel.head_loss: lm_head_loss, an RL step's loss with its gradients computed
+lm_head_logprobs, for every tier; rl_kernel.head.loss: lm_head_loss, an RL step's loss with its gradients computed
 in the forward), and a seeded Gumbel-max sampler that draws the same tokens on every device
 (gumbel_argmax). `rl_kernel.mode(tier)` serves aten's matrix products and log_softmax by a tier in any code
-(rl_kernel.aten_mode: the enable/disable pair and the audit of what a model leaves to stock).
+(rl_kernel.aten.mode: the enable/disable pair and the audit of what a model leaves to stock).
 
 This module only re-exports: the operators live in their family's folder, rl_kernel/exact/<family>/.
 """
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from rl_kernel import bitwise, exact, optim, tiers
 from rl_kernel._library import has_gpu_kernels
-from rl_kernel.aten_mode import mode
+from rl_kernel.aten.mode import mode
 from rl_kernel.exact import *  # noqa: F403  (the exact tier's operators are the package's: exact.__all__)
 from rl_kernel.exact import reference
 from rl_kernel.head import lm_head_logprobs
-from rl_kernel.head_loss import lm_head_loss
+from rl_kernel.head.loss import lm_head_loss
 
 __all__ = [
     *exact.__all__,

@@ -156,8 +156,8 @@ def _checked(args: argparse.Namespace) -> None:
 
 
 def _audited(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, tier: str):
-    """rl_kernel.aten_mode.audit of one forward and backward of a Hugging Face model over the sequences."""
-    from rl_kernel import aten_mode
+    """rl_kernel.aten.mode.audit of one forward and backward of a Hugging Face model over the sequences."""
+    from rl_kernel.aten import mode as aten_mode
 
     def step() -> None:
         logits = model(input_ids=ids, attention_mask=mask).logits

@@ -62,7 +62,7 @@ class HeadGemms:
     call_elements: how many logits one call of the head's walk may hold (rows x columns); the walk then takes
         several vocabulary chunks per call (fewer launches, the same bits); 0: one chunk per call
     dw_chain(d, h, acc, out): acc (fp32 [C, H]) continues dw's sum over these rows, stored back in acc or (out,
-        the last rows) rounded into out as dw stores it (rl_kernel.head_loss: dWeight over row blocks with dw's
+        the last rows) rounded into out as dw stores it (rl_kernel.head.loss: dWeight over row blocks with dw's
         bits); None: the tier cannot, and the fused policy loss computes its composition
     dw_rows(device): the rows of one step of dw's sum; dw_chain's blocks are multiples of it but the last
     """

@@ -50,7 +50,7 @@ def host_modules() -> set[str]:
 def test_the_contracts_hold():
     proc = lint_imports(ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    assert "6 kept, 0 broken" in proc.stdout
+    assert "8 kept, 0 broken" in proc.stdout
 
 
 def test_every_host_module_is_under_the_host_contract():
@@ -122,17 +122,21 @@ def test_every_module_is_in_its_packages_layers():
     assert layered("kernel-layers") == children("rl_kernel", kernels)
     assert layered("harness-layers") == children("rlparity", PACKAGE, {"data"})
     assert layered("cell-layers") == children("rlparity.cell", PACKAGE / "cell")
+    assert layered("aten-layers") == children("rl_kernel.aten", kernels / "aten")
+    assert {f"rl_kernel.head.{m}" for m in layered("head-layers")} == children("rl_kernel.head", kernels / "head")
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path):
     """In a copy, the ground of each package imports a module above it: each layers contract fails, by name."""
     pkgs = copy_packages(tmp_path)
     for path, line in ((pkgs / "rl_kernel" / "inputs.py", "import rl_kernel.head"),
+                       (pkgs / "rl_kernel" / "aten" / "tree.py", "from rl_kernel.aten import ops"),
+                       (pkgs / "rl_kernel" / "head" / "rowtree.py", "from rl_kernel.head import loss"),
                        (pkgs / "rlparity" / "cell" / "episodes.py", "from rlparity.cell import workloads"),
                        (pkgs / "rlparity" / "config.py", "from rlparity import gate")):  # fmt: skip
         path.write_text(path.read_text() + f"\n{line}  # noqa: E402,F401\n")
     proc = lint_imports(tmp_path, pythonpath=str(pkgs))
     out = " ".join((proc.stdout + proc.stderr).split())
     assert proc.returncode != 0, out[-4000:]
-    for contract in ("kernel-layers", "harness-layers", "cell-layers"):
+    for contract in ("kernel-layers", "aten-layers", "head-layers", "harness-layers", "cell-layers"):
         assert f"{contracts()[contract]['name']} BROKEN" in out, (contract, out[-4000:])

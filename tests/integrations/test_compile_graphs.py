@@ -24,7 +24,8 @@ from torch._dynamo.utils import counters
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel
-from rl_kernel import aten_mode, models
+from rl_kernel import models
+from rl_kernel.aten import mode as aten_mode
 from rl_kernel.bitwise import bits_equal, diff
 from rlparity.cell.workloads import model as M
 

@@ -3,7 +3,7 @@ for bit, a sequence alone equals it in a padded batch, two runs are equal, and t
 for every architecture of rl_kernel.models (Llama, Qwen2, Qwen3, Mistral, Phi-3, OLMo 2, Qwen3-MoE, Gemma 2, Gemma 3),
 the exact tier on the CPU and, where a GPU is, the exact and fast tiers on it. Stock (no mode) is the negative
 control: its generate() differs from its forward. The forward is called both ways trainers call it: without
-position_ids (TRL: the mode derives generate()'s from the mask, rl_kernel.mode_positions) and with the mask's
+position_ids (TRL: the mode derives generate()'s from the mask, rl_kernel.aten.positions) and with the mask's
 (verl). Qwen3-MoE runs its experts as transformers' default does, by the grouped GEMM; Mistral, Gemma 2 and Gemma 3
 with sliding windows shorter than the sequences. The architecture table of docs/architecture.md ("The mode")
 records these."""
@@ -16,7 +16,9 @@ import pytest
 import torch
 
 import rl_kernel
-from rl_kernel import aten_mode, mode_positions, models
+from rl_kernel import models
+from rl_kernel.aten import mode as aten_mode
+from rl_kernel.aten import positions as mode_positions
 from rl_kernel.bitwise import bits_equal, diff
 from rlparity.cell.workloads import model as M
 

@@ -1,4 +1,4 @@
-"""The mode's hand-written norms (rl_kernel.mode_norms): transformers' norms that are Llama's formula word for word are
+"""The mode's hand-written norms (rl_kernel.aten.norms): transformers' norms that are Llama's formula word for word are
 the tier's fused rms_norm under the mode (patch()'s bits), the others keep their own forward; a class defined inside
 the mode is served as well; nothing stays after the last exit."""
 
@@ -11,7 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from rl_kernel import aten_mode, mode_norms, models
+from rl_kernel import models
+from rl_kernel.aten import mode as aten_mode
+from rl_kernel.aten import norms as mode_norms
 from rl_kernel.exact.decoder.ops import rms_norm as exact_rms_norm
 
 LLAMA_FORMULA = ("llama", "qwen2", "qwen3", "qwen3_moe", "mistral", "phi3")

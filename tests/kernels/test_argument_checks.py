@@ -18,11 +18,11 @@ import pytest
 import torch
 
 import rl_kernel
-import rl_kernel.parallel as P
-import rl_kernel.rowtree as T
+import rl_kernel.head.parallel as P
+import rl_kernel.head.rowtree as T
 from rl_kernel.optim import ExactAdamW
 
-V = 16  # vocabulary of the softmax-family cases: two 8-column slices for rl_kernel.parallel
+V = 16  # vocabulary of the softmax-family cases: two 8-column slices for rl_kernel.head.parallel
 
 
 @dataclass(frozen=True)

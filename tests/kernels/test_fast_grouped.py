@@ -17,8 +17,8 @@ import torch
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel.fast as fast
-from rl_kernel import aten_mode as M
-from rl_kernel import mode_ops
+from rl_kernel.aten import mode as M
+from rl_kernel.aten import ops as mode_ops
 from rl_kernel.bitwise import bits_equal
 
 

@@ -20,9 +20,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import rl_kernel
-import rl_kernel.parallel as P
-from rl_kernel import head, inputs, rowtree, tiers
+import rl_kernel.head.parallel as P
+from rl_kernel import head, inputs, tiers
 from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.head import rowtree
 
 IGNORE = -100
 
@@ -319,7 +320,7 @@ def test_shapes_are_kept() -> None:
 
 # ---- vocab-parallel ranks ------------------------------------------------------------------------------------
 def test_one_rank_is_the_single_device_head() -> None:
-    """Without torch.distributed a rank holds the whole vocabulary: rl_kernel.parallel.lm_head_logprobs is the
+    """Without torch.distributed a rank holds the whole vocabulary: rl_kernel.head.parallel.lm_head_logprobs is the
     single-device fused head, dHidden included."""
     h, w, tok = case(6, 16, 1000, torch.bfloat16, seed=8)
     fused = run(head.lm_head_logprobs, h, w, tok, vocab_chunk=128)

@@ -20,8 +20,9 @@ import torch
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel
-from rl_kernel import head, head_loss
+from rl_kernel import head
 from rl_kernel.bitwise import bits_equal
+from rl_kernel.head import loss as head_loss
 
 IGNORE = -100
 

@@ -1,4 +1,4 @@
-"""rl_kernel.mode(tier) (rl_kernel.aten_mode): the tier's kernels for aten's matrix products and
+"""rl_kernel.mode(tier) (rl_kernel.aten.mode): the tier's kernels for aten's matrix products and
 log_softmax in code that knows nothing of rl_kernel; nothing left registered after it; its audit names what a model
 still leaves to stock."""
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import rl_kernel
-from rl_kernel import aten_mode as M
+from rl_kernel.aten import mode as M
 from rl_kernel.bitwise import bits_equal, diff
 
 DTYPES = [torch.float32, torch.bfloat16]

@@ -1,4 +1,4 @@
-"""The mode's reading of SDPA's mask (rl_kernel.mode_masks): a model's layers pass one mask per forward, read once
+"""The mode's reading of SDPA's mask (rl_kernel.aten.masks): a model's layers pass one mask per forward, read once
 (each read is several passes over the mask and host syncs); a mask changed in place, or another tensor, is read
 anew, so a stale range is never served."""
 
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import rl_kernel
-from rl_kernel import mode_masks
-from rl_kernel.aten_mode import ModeError
+from rl_kernel.aten import masks as mode_masks
+from rl_kernel.aten.mode import ModeError
 from rl_kernel.bitwise import bits_equal
 
 

@@ -1,5 +1,5 @@
 """rl_kernel.mode's operators written in torch's own elementwise ops, the same on every device whatever the tier
-(rl_kernel.mode_ops): sums and means as the contract's plain-sum tree, softmax over a row's nonzero terms, topk's ties,
+(rl_kernel.aten.ops): sums and means as the contract's plain-sum tree, softmax over a row's nonzero terms, topk's ties,
 index_add's order, LayerNorm and logsumexp by the tree; the grouped GEMM per expert, bad offs reported at the mode's
 exit. Every equality is on integer views of the bits."""
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from bit_checks import assert_bits as same
 
 import rl_kernel
-from rl_kernel import aten_mode as M
+from rl_kernel.aten import mode as M
 from rl_kernel.bitwise import bits_equal
 
 DTYPES = [torch.float32, torch.bfloat16]

@@ -11,7 +11,8 @@ import pytest
 import torch
 from triton_interpreter import failed, interpret, need_triton, serve
 
-from rl_kernel import mode_ops, mode_tree
+from rl_kernel.aten import ops as mode_ops
+from rl_kernel.aten import tree as mode_tree
 
 # (shape, first): rows of the last dim, or a first-dim sum (a weight's gradient over the tokens)
 CASES = [((3, 5), False), ((4, 8), False), ((7, 100), False), ((2, 64), False), ((3, 513), False), ((5, 4099), False),

@@ -1,4 +1,4 @@
-"""rl_kernel.parallel: vocab-parallel slices give the single-device bits (contract v2, docs/numerics.md 2).
+"""rl_kernel.head.parallel: vocab-parallel slices give the single-device bits (contract v2, docs/numerics.md 2).
 
 The construction is checked in one process (each slice's kernels, the exchange a concatenation) on
 every device, and across real processes with gloo (tp 2 and 4). Every equality is bitwise.
@@ -17,8 +17,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import rl_kernel
-import rl_kernel.parallel as P
-import rl_kernel.rowtree as T
+import rl_kernel.head.parallel as P
+import rl_kernel.head.rowtree as T
 from rl_kernel import inputs
 from rl_kernel.bitwise import bits_equal, diff
 
@@ -325,15 +325,15 @@ def _rank_main(rank: int, world: int, port: int, vocab: int, widths: list[int], 
         start = sum(widths[:rank])
         local = x[:, start : start + widths[rank]].contiguous().requires_grad_()
         g = torch.randn(6, generator=torch.Generator().manual_seed(2))
-        lp = rl_kernel.parallel.token_logprobs(local, tok, vocab_start=start, vocab_size=vocab)
+        lp = rl_kernel.head.parallel.token_logprobs(local, tok, vocab_start=start, vocab_size=vocab)
         (glp,) = torch.autograd.grad(lp, local, g)
-        h = rl_kernel.parallel.entropy(local, vocab_start=start, vocab_size=vocab)
+        h = rl_kernel.head.parallel.entropy(local, vocab_start=start, vocab_size=vocab)
         (gh,) = torch.autograd.grad(h, local, g)
         y, ty = padded_logits(64, vocab, sum(widths), torch.float32, seed=22), tokens_for(64, vocab, seed=22)
         ly = y[:, start : start + widths[rank]]
         stock = (
             P.sum_allreduce_token_logprobs(ly, ty, vocab_start=start, vocab_size=vocab),
-            rl_kernel.parallel.token_logprobs(ly, ty, vocab_start=start, vocab_size=vocab),
+            rl_kernel.head.parallel.token_logprobs(ly, ty, vocab_start=start, vocab_size=vocab),
         )
         torch.save({"lp": lp.detach(), "h": h.detach(), "glp": glp, "gh": gh, "stock": stock}, f"{out}.{rank}")
     finally:

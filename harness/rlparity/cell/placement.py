@@ -1,9 +1,9 @@
 """Placements of one cell's work: which device(s) the rollout and the training path use, and the `split`
 placement's vocab-parallel computation (torch.distributed: gloo on CPU, NCCL/RCCL on GPUs).
 
-split cuts the vocabulary across tp ranks as a trainer does (rl_kernel.parallel.megatron_widths:
+split cuts the vocabulary across tp ranks as a trainer does (rl_kernel.head.parallel.megatron_widths:
 contiguous slices of ceil(V / tp) rounded to 8, the last rank the rest), each rank holding only its
-columns of the logits; rl_kernel.parallel gives every rank the whole row's log-probs from node partials
+columns of the logits; rl_kernel.head.parallel gives every rank the whole row's log-probs from node partials
 exchanged by all-gather, and each rank's gradient is its slice. The gathered log-probs and gradient must
 equal the single-device run bit for bit, for every tp the host can run (2 and 4 processes on the CPU;
 on GPUs, one rank per visible device).
@@ -66,7 +66,7 @@ def split_training(
 
 
 def _rank(rank: int, tp: int, shape, dtype, seed, platform, control, out, port, workload) -> None:
-    import rl_kernel.parallel as vp
+    import rl_kernel.head.parallel as vp
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     gpu = platform != "cpu"
@@ -99,7 +99,7 @@ def slice_comparisons(x: torch.Tensor, tok: torch.Tensor, control: str) -> dict[
     """The vocab-parallel construction in one process on x's device (each of tp ranks' kernels on its slice,
     the exchange a byte copy) against the single-device kernels: {name: (sliced, single)}."""
     import rl_kernel
-    import rl_kernel.parallel as vp
+    import rl_kernel.head.parallel as vp
 
     rank_order = control == "rank-order"
     single = {

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import rl_kernel
-from rl_kernel import aten_mode, models
+from rl_kernel import models
+from rl_kernel.aten import mode as aten_mode
 from rl_kernel.inputs import DTYPE_NAMES
 from rlparity.cell.placement import devices
 from rlparity.cell.workloads import model as M

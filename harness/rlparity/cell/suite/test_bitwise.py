@@ -90,7 +90,7 @@ def test_golden_digests(cell, control, record, shape):
 
 
 def test_split_matches_single(cell, control, record, shape):
-    """split placement: the vocabulary cut across tp ranks (vocab-parallel, rl_kernel.parallel), each rank
+    """split placement: the vocabulary cut across tp ranks (vocab-parallel, rl_kernel.head.parallel), each rank
     holding only its slice of the logits: the gathered log-probs and gradient == the single-device run."""
     if cell.placement != "split":
         pytest.skip(f"placement is {cell.placement}, not split")

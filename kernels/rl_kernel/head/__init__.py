@@ -14,7 +14,7 @@ vocabulary.
 
 Why the forward is exact: the contract's row reduction is one binary tree over aligned 8-column chunks (docs/
 numerics.md section 2), so a row cut into vocabulary chunks evaluates whole subtrees per chunk and joins the
-nodes afterwards with the uncut row's bits: rl_kernel.rowtree's construction, with the chunks of one device in
+nodes afterwards with the uncut row's bits: rl_kernel.head.rowtree's construction, with the chunks of one device in
 place of ranks. Any chunk width gives the same log-probs and entropy. On one device the forward cuts the other
 way (`_forward_rows`): blocks of whole rows, one GEMM over the vocabulary per block and the unfused row kernels on
 it, the same bits with one GEMM pass where the walk needs two.
@@ -39,10 +39,11 @@ from typing import Any
 
 import torch
 
-from rl_kernel import rowtree, tiers
+from rl_kernel import tiers
 from rl_kernel._validate import check_same_device, check_token_range, check_tokens
 from rl_kernel.exact.softmax.ops import divide_by_temperature
-from rl_kernel.rowtree import IGNORE, Slice
+from rl_kernel.head import rowtree
+from rl_kernel.head.rowtree import IGNORE, Slice
 from rl_kernel.tiers import HeadGemms
 
 VOCAB_CHUNK = 2048  # columns per chunk: 1/74 of a 151936 vocabulary; dHidden's bits depend on it (fixed)
@@ -442,13 +443,13 @@ def vocab_parallel(
     vocab_chunk: int = VOCAB_CHUNK,
     validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """The fused head over a vocab-parallel lm_head (rl_kernel.parallel.lm_head_logprobs documents it)."""
+    """The fused head over a vocab-parallel lm_head (rl_kernel.head.parallel.lm_head_logprobs documents it)."""
     vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
     ranks, me = rowtree.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
     exchange = rowtree.all_gather_exchange(group)
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
-        raise ValueError(f"rl_kernel.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
+        raise ValueError(f"rl_kernel.head.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
     plan = Plan.of(tier, vocab, vocab_chunk, tuple(ranks), temperature=temperature, ignore_index=ignore_index,
                    entropy=entropy, me=me, exchange=exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)

@@ -6,7 +6,7 @@ vocab_start + W)`` of the full logits, and every rank gets the log-probs (or ent
 bit for bit those of ``rl_kernel.token_logprobs`` / ``rl_kernel.entropy`` on one device::
 
     # Megatron: loss = vocab_parallel_cross_entropy(logits, target)   (logits: this rank's slice)
-    logp = rl_kernel.parallel.token_logprobs(logits, target, tp_group,
+    logp = rl_kernel.head.parallel.token_logprobs(logits, target, tp_group,
                                              vocab_start=rank * logits.shape[-1], vocab_size=V)
 
 Why it is exact: the contract's row reduction is one binary tree over the row's chunks of 8 elements
@@ -36,7 +36,7 @@ import torch.distributed as dist
 from rl_kernel._library import ops
 from rl_kernel._validate import check_logits, check_token_range, check_tokens
 from rl_kernel.head import vocab_parallel
-from rl_kernel.rowtree import (
+from rl_kernel.head.rowtree import (
     CHUNK,
     IGNORE,
     Slice,
@@ -157,7 +157,9 @@ def simulate(
     checking the construction on one device (each slice's kernels, then a byte-copy exchange)."""
     vocab = logits.shape[-1] if vocab_size is None else vocab_size
     if sum(widths) != logits.shape[-1]:
-        raise ValueError(f"rl_kernel.parallel.simulate: widths sum to {sum(widths)}, logits have {logits.shape[-1]}")
+        raise ValueError(
+            f"rl_kernel.head.parallel.simulate: widths sum to {sum(widths)}, logits have {logits.shape[-1]}"
+        )
     starts = [sum(widths[:k]) for k in range(len(widths))]
     slices = [Slice(s, w, vocab) for s, w in zip(starts, widths, strict=True)]
     check_layout(slices)
@@ -192,7 +194,7 @@ def megatron_widths(vocab: int, tp: int) -> list[int]:
     widths = [per] * (tp - 1) + [vocab - per * (tp - 1)]
     if tp < 1 or widths[-1] < 1:
         raise ValueError(
-            f"rl_kernel.parallel: a vocabulary of {vocab} cannot be cut into {tp} slices of 8-column chunks"
+            f"rl_kernel.head.parallel: a vocabulary of {vocab} cannot be cut into {tp} slices of 8-column chunks"
         )
     return widths
 

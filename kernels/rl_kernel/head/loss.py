@@ -44,7 +44,7 @@ import torch
 
 from rl_kernel import head, tiers
 from rl_kernel.bitwise import bits_equal
-from rl_kernel.rowtree import IGNORE, Slice
+from rl_kernel.head.rowtree import IGNORE, Slice
 
 BLOCK_ELEMENTS = 1 << 29  # logits per row block at most (1 GB in bf16): dWeight's fp32 sum is read and written
 # once a block, about 5% of a block's three GEMMs at 3500 rows of a 151936 x 2048 head on the H200.
@@ -168,7 +168,7 @@ class _Step:
         if not bits_equal(w, self.weights):
             raise ValueError(
                 "rl_kernel: lm_head_loss: reduce is not linear in the per-token losses (its gradient depends on "
-                "them), so the gradient computed in the forward would be wrong; use rl_kernel.head_loss.composed"
+                "them), so the gradient computed in the forward would be wrong; use rl_kernel.head.loss.composed"
             )
         return loss
 
@@ -249,7 +249,7 @@ def _detached(t: torch.Tensor | None) -> torch.Tensor | None:
 
 def _check_inputs(tokens, inputs, token_loss, reduce) -> list[torch.Tensor]:
     if not callable(token_loss) or not callable(reduce):
-        raise TypeError("rl_kernel: lm_head_loss: token_loss and reduce must be callables (see rl_kernel.head_loss)")
+        raise TypeError("rl_kernel: lm_head_loss: token_loss and reduce must be callables (see rl_kernel.head.loss)")
     if isinstance(inputs, torch.Tensor):
         raise TypeError("rl_kernel: lm_head_loss: inputs must be a sequence of tensors, e.g. (old_logprobs, adv)")
     out = list(inputs)

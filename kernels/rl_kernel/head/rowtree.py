@@ -5,7 +5,7 @@ column slices (vocab-parallel ranks, the fused head's vocabulary chunks) evaluat
 joins the nodes afterwards with the uncut row's bits. This module holds that construction once: the layout
 (`Slice`, `decompose`, `check_layout`, `layout`), a slice's maximal nodes (`local_*`), their exchange
 (`all_gather_exchange`: an all-gather, a byte copy, never a SUM all-reduce) and the join (`join_*`).
-rl_kernel.parallel (vocab-parallel ranks) and rl_kernel.head (the fused LM head) are built on it.
+rl_kernel.head.parallel (vocab-parallel ranks) and rl_kernel.head (the fused LM head) are built on it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def decompose(c0: int, c1: int) -> list[tuple[int, int]]:
     """The maximal aligned nodes (level L, index i) of chunks [c0, c1), left to right; node (L, i) covers
     chunks [i * 2^L, (i + 1) * 2^L)."""
     if not 0 <= c0 <= c1:
-        raise ValueError(f"rl_kernel.parallel: bad chunk range [{c0}, {c1})")
+        raise ValueError(f"rl_kernel.head.parallel: bad chunk range [{c0}, {c1})")
     nodes = []
     c = c0
     while c < c1:
@@ -85,30 +85,30 @@ class Slice:
 def check_layout(slices: Sequence[Slice]) -> None:
     """Slices tile [0, vocab_size) on chunk boundaries; raise ValueError naming the first that does not."""
     if not slices:
-        raise ValueError("rl_kernel.parallel: no slices")
+        raise ValueError("rl_kernel.head.parallel: no slices")
     vocab = slices[0].vocab_size
     if vocab < 1 or any(s.vocab_size != vocab for s in slices):
         raise ValueError(
-            f"rl_kernel.parallel: vocab_size differs between ranks or is < 1: {[s.vocab_size for s in slices]}"
+            f"rl_kernel.head.parallel: vocab_size differs between ranks or is < 1: {[s.vocab_size for s in slices]}"
         )
     at = 0
     for rank, s in sorted(enumerate(slices), key=lambda rs: rs[1].start):
         end = s.start + s.width
         if s.width < 1:
-            raise ValueError(f"rl_kernel.parallel: rank {rank} holds no columns")
+            raise ValueError(f"rl_kernel.head.parallel: rank {rank} holds no columns")
         if s.start % CHUNK or (end % CHUNK and end < vocab):
             raise ValueError(
-                f"rl_kernel.parallel: rank {rank} holds columns [{s.start}, {end}): a slice must start and end "
+                f"rl_kernel.head.parallel: rank {rank} holds columns [{s.start}, {end}): a slice must start and end "
                 f"on a multiple of {CHUNK} (or end at/after vocab_size {vocab})"
             )
         if s.start != at:
             raise ValueError(
-                f"rl_kernel.parallel: rank {rank} starts at column {s.start}, expected {at}: slices must tile "
+                f"rl_kernel.head.parallel: rank {rank} starts at column {s.start}, expected {at}: slices must tile "
                 f"[0, {vocab}) without gaps or overlaps"
             )
         at = end
     if at < vocab:
-        raise ValueError(f"rl_kernel.parallel: the slices end at column {at}, before vocab_size {vocab}")
+        raise ValueError(f"rl_kernel.head.parallel: the slices end at column {at}, before vocab_size {vocab}")
 
 
 def ordered(slices: Sequence[Slice]) -> list[int]:
@@ -190,7 +190,7 @@ def named(name: str, parts: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
 def check_on_one_device(tensors: dict[str, torch.Tensor], **dtypes: torch.dtype) -> None:
     """Every named tensor is a tensor (of dtypes[name], or dtypes[prefix] for "prefix[k]") on one device."""
     if not tensors:
-        raise ValueError("rl_kernel.parallel: no tensors (an empty list of parts?)")
+        raise ValueError("rl_kernel.head.parallel: no tensors (an empty list of parts?)")
     for name, t in tensors.items():
         check_tensor(t, name, dtypes.get(name.split("[")[0]))
     check_same_device(tensors)
