@@ -118,11 +118,25 @@ def check_token_range(tokens: torch.Tensor, vocab: int, ignore_index: int) -> No
         )
 
 
+def clamped_groups(offs: torch.Tensor, total: int) -> tuple[list[tuple[int, int]], bool]:
+    """[(start, end)] of each group of a grouped GEMM from aten's offs (each group's end, cumulative; one host read)
+    as the fast tier's kernels take them (ends clamped into [0, total], a decreasing end an empty group), and whether
+    offs were bad (not non-decreasing ends within [0, total])."""
+    bounds, start, bad = [], 0, False
+    for end in (int(e) for e in offs.tolist()):
+        bad = bad or end < start or end > total
+        clamped = max(start, min(end, total))
+        bounds.append((start, clamped))
+        start = clamped
+    return bounds, bad
+
+
 def group_bounds(offs: torch.Tensor, groups: int, total: int, what: str, where: str) -> list[tuple[int, int]]:
-    """[(start, end)] of each group of a grouped GEMM from aten's offs (each group's end, cumulative; one host read):
-    a ValueError naming `where` unless there are `groups` non-decreasing ends within `total` `what`."""
-    ends = [int(e) for e in offs.tolist()]
-    if len(ends) != groups or any(b < a for a, b in zip([0, *ends], ends, strict=False)) or (ends and ends[-1] > total):
+    """clamped_groups' bounds, or a ValueError naming `where` unless there are `groups` non-decreasing ends within
+    `total` `what`."""
+    bounds, bad = clamped_groups(offs, total)
+    if bad or len(bounds) != groups:
+        ends = offs.tolist()
         raise ValueError(f"{where} with offs {ends[:8]}{'...' if len(ends) > 8 else ''}: {groups} non-decreasing "
                          f"group ends within the {total} {what} are needed")  # fmt: skip
-    return list(zip([0, *ends[:-1]], ends, strict=True))
+    return bounds

@@ -17,8 +17,8 @@ import torch
 from triton_interpreter import failed, interpret, serve
 
 import rl_kernel.fast as fast
+from rl_kernel._validate import clamped_groups
 from rl_kernel.aten import mode as M
-from rl_kernel.aten import ops as mode_ops
 from rl_kernel.bitwise import bits_equal
 
 
@@ -290,7 +290,7 @@ def _check_offs() -> dict[str, bool]:
     res["bad offs: a ModeError at the exit naming the problem"] = (
         "aten::_grouped_mm with offs that are not 3 non-decreasing group ends within the 20 rows" in msg
     )
-    bounds, _ = mode_ops._bounds(bad, 20)  # (0, 9), (9, 9), (9, 20): the groups as the kernel clamps them
+    bounds, _ = clamped_groups(bad, 20)  # (0, 9), (9, 9), (9, 20): the groups as the kernel clamps them
     res["bad offs: each clamped group's rows == fast.mm of them"] = out is not None and all(
         bits_equal(out[lo:hi], fast.mm(a[lo:hi], w[e])) for e, (lo, hi) in enumerate(bounds) if hi > lo
     )

@@ -68,10 +68,12 @@ def test_other_shapes_of_the_call_are_read_anew(reads: list[int]) -> None:
 
 
 def test_a_freed_mask_is_never_mistaken_for_a_new_one() -> None:
-    """The memo keeps a weak reference: a freed mask's entry (its id free to come back) does not answer."""
+    """The memo keeps a weak reference: an entry whose mask was freed (its id free to come back for a new tensor)
+    does not answer, even under the new tensor's own key; the mask is read anew."""
     q, k, _, mask = _inputs()
-    memo = mode_masks.RangesMemo(size=2)
-    first = memo.key_ranges(q, k, mask, False, "exact")
-    (entry,) = memo.entries.values()
-    del mask
-    assert entry[0]() is None and first[2] == 0
+    memo = mode_masks.RangesMemo()
+    right = memo.key_ranges(q, k, mask, False, "exact")
+    ((key, _),) = memo.entries.items()
+    stale = (right[0], right[1] + 1, right[2])  # what a freed mask of this id had said
+    memo.entries[key] = (lambda: None, stale)  # its weak reference: dead
+    assert torch.equal(memo.key_ranges(q, k, mask, False, "exact")[1], right[1]), "a dead entry never answers"

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from rl_kernel._validate import clamped_groups
 from rl_kernel.aten import tree as mode_tree
 
 
@@ -247,18 +248,6 @@ class Checks:
         return problems
 
 
-def _bounds(offs: torch.Tensor, total: int) -> tuple[list[tuple[int, int]], bool]:
-    """[(start, end)] of each group as the fast tier's kernels find them (ends clamped into [0, total], a decreasing
-    end an empty group), and whether offs were bad (not non-decreasing ends within [0, total]); one host read."""
-    bounds, start, bad = [], 0, False
-    for end in (int(e) for e in offs.tolist()):
-        bad = bad or end < start or end > total
-        clamped = max(start, min(end, total))
-        bounds.append((start, clamped))
-        start = clamped
-    return bounds, bad
-
-
 def grouped_mm(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product, grouped: Callable | None = None,
     checks: Checks | None = None,
@@ -291,7 +280,7 @@ def grouped_mm(
             return grouped(a, b, offs, validate=checks is None, flag=flag)
         except ValueError as exc:  # bad offs (no checks) or shapes, named by the tier's operator
             raise ModeError(str(exc)) from None
-    bounds, bad = _bounds(offs, total)
+    bounds, bad = clamped_groups(offs, total)
     if bad and checks is None:
         raise ModeError(f"rl_kernel.mode: {problem}: {offs.tolist()[:8]}")
     if bad:
