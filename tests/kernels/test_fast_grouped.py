@@ -25,13 +25,13 @@ from rl_kernel.bitwise import bits_equal
 @pytest.mark.slow
 def test_interpreter_grouped_gemm() -> None:
     found = interpret(__file__, "grouped")
-    assert len(found) == 10 and not failed(found), failed(found)
+    assert len(found) == 13 and not failed(found), failed(found)
 
 
 @pytest.mark.slow
 def test_interpreter_grouped_dweight() -> None:
     found = interpret(__file__, "dw")
-    assert len(found) == 7 and not failed(found), failed(found)
+    assert len(found) == 9 and not failed(found), failed(found)
 
 
 @pytest.mark.slow
@@ -108,6 +108,46 @@ def _launches():
             setattr(m, n, fn)
 
 
+@contextlib.contextmanager
+def _kernels():
+    """The names of the grouped kernels launched while the block runs."""
+    from rl_kernel.fast.decoder import grouped
+
+    names, saved = [], grouped.launch
+
+    def named(kernel, *args, **kwargs):
+        names.append(kernel.fn.__name__)
+        return saved(kernel, *args, **kwargs)
+
+    grouped.launch = named
+    try:
+        yield names
+    finally:
+        grouped.launch = saved
+
+
+@contextlib.contextmanager
+def _without_tma():
+    """The pointer kernels, as a target without TMA (AMD's) runs them: no descriptors are made."""
+    from rl_kernel.fast.decoder import grouped
+
+    saved, grouped._tma_pair = grouped._tma_pair, lambda *args: None
+    try:
+        yield
+    finally:
+        grouped._tma_pair = saved
+
+
+def _tma_and_pointer(call, kernel: str) -> tuple[torch.Tensor, bool]:
+    """call()'s result on the interpreter's target (sm_90: the TMA kernel) and whether the pointer kernel gives its
+    bits, each kernel the one launched."""
+    with _kernels() as tma:
+        out = call()
+    with _without_tma(), _kernels() as pointer:
+        same = bits_equal(call(), out)
+    return out, same and tma == [f"{kernel}_tma_kernel"] and pointer == [f"{kernel}_kernel"]
+
+
 def _nan(*shape: int) -> torch.Tensor:
     return torch.full(shape, float("nan"), dtype=torch.bfloat16)
 
@@ -121,7 +161,9 @@ def _check_grouped() -> dict[str, bool]:
     spans = [(0, 0), (0, 1), (1, 6), (6, 76), (76, 146), (146, 146)]  # rows 146.. past the groups
     res = {}
     for form, b in (("forward", w.transpose(-2, -1)), ("dX", (torch.randn(6, k, n, generator=g) * 0.2).bfloat16())):
-        out = fast.grouped_kernels.grouped_mm(a, b, offs, out=_nan(s, n))  # every element written by the kernel
+        out, same = _tma_and_pointer(lambda b=b: fast.grouped_kernels.grouped_mm(a, b, offs, out=_nan(s, n)),
+                                     "_grouped_gemm")  # every element written by the kernel  # fmt: skip
+        res[f"{form}: the TMA kernel's bits == the pointer kernel's (targets without TMA)"] = same
         per = all(bits_equal(out[lo:hi], fast.mm(a[lo:hi], b[e])) for e, (lo, hi) in enumerate(spans) if hi > lo)
         res[f"{form}: each expert's rows == fast.mm of them alone"] = per
         res[f"{form}: rows past the last group are zeros"] = bool((out[146:] == 0).all())
@@ -129,6 +171,11 @@ def _check_grouped() -> dict[str, bool]:
         for e, (lo, hi) in enumerate(spans):
             ref[lo:hi] = a[lo:hi].double() @ b[e].double()
         res[f"{form}: near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())
+    dx = (torch.randn(6, k, n, generator=g) * 0.2).bfloat16()
+    dx[4, 0, 0] = float("inf")  # past expert 3's K: its last partial K step reads expert 4's rows
+    rows = fast.grouped_kernels.grouped_mm(a, dx, offs)[6:76]
+    res["dX: a neighbour's non-finite weight past K stays out of an expert's rows"] = bits_equal(
+        rows, fast.mm(a[6:76], dx[3]))  # fmt: skip
     b = w.transpose(-2, -1)
     among5 = fast.grouped_mm(a, b, offs)  # row 1 is the first of expert 2's 5 rows
     alone = fast.grouped_mm(a, b, torch.tensor([0, 1, 2, 23, 25, 150], dtype=torch.int32))  # and here its only one
@@ -157,10 +204,17 @@ def _check_dw() -> dict[str, bool]:
     offs = torch.tensor([0, 1, 46, 1046, 1300, 1300], dtype=torch.int32)
     spans = [(0, 0), (0, 1), (1, 46), (46, 1046), (1046, 1300), (1300, 1300)]
     nan = torch.full((6, m, n), float("nan"), dtype=torch.half)
-    out = fast.grouped_kernels.grouped_dw(h.t(), dy, offs, out=nan)  # every element written by the kernel
+    out, same = _tma_and_pointer(lambda: fast.grouped_kernels.grouped_dw(h.t(), dy, offs, out=nan.clone()),
+                                 "_grouped_dw")  # every element written by the kernel  # fmt: skip
     alone = [fast.mm(h[lo:hi].t(), dy[lo:hi]) if hi > lo else None for lo, hi in spans]
     res = {"each expert's dW == fast.mm of its tokens alone": all(
         bits_equal(out[e], w) for e, w in enumerate(alone) if w is not None)}  # fmt: skip
+    res["the TMA kernel's bits (h read in place) == the pointer kernel's (h copied)"] = same
+    h_inf, dy_inf = h.clone(), dy.clone()
+    h_inf[46, 0], dy_inf[46, 0] = float("inf"), float("inf")  # expert 3's first token: in expert 2's last K step
+    res["a neighbour's non-finite token stays out of an expert's dW (h, dY)"] = bits_equal(
+        fast.grouped_kernels.grouped_dw(h_inf.t(), dy, offs)[2], out[2]) and bits_equal(
+        fast.grouped_kernels.grouped_dw(h.t(), dy_inf, offs)[2], out[2])  # fmt: skip
     res["an expert of no token (the first, the last): zeros"] = bool((out[0] == 0).all() and (out[5] == 0).all())
     ref = torch.stack([h[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in spans])
     res["near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())

@@ -225,6 +225,20 @@ def compile_grouped_dw(target: str, dtype: str, tile: dict, options: dict):
     return _compile(fn, _grouped_types(fn, dtype), const, target, options)
 
 
+def compile_grouped_tma(target: str, dtype: str, tile: dict, options: dict, kind: str):
+    """The grouped GEMM's TMA kernels (a target whose dW reads by TMA), with the descriptors their launches build:
+    fwd (A [S, K], the weights' [N, K] rows stacked), dx (their [K, N] rows stacked), dw (A^T [S, M] read in
+    place, B [S, N])."""
+    bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
+    dw = kind == "dw"
+    fn = grouped_kernels._grouped_dw_tma_kernel if dw else grouped_kernels._grouped_gemm_tma_kernel
+    types = _grouped_types(fn, dtype)
+    types["a_desc"] = f"tensordesc<{dtype}{[bk, bm] if dw else [bm, bk]}>"
+    types["b_desc"] = f"tensordesc<{dtype}{[bn, bk] if kind == 'fwd' else [bk, bn]}>"
+    const = {"CHECK": True, "GROUPS": 64 if dw else 128, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}
+    return _compile(fn, types, const | ({} if dw else {"B_T": kind == "fwd"}), target, options)
+
+
 def compile_batched_gemm(target: str, dtype: str, kind: str, tile: dict, options: dict):
     """aten::bmm in one launch (B elements, each fast.mm's form and tile), with `kind`'s unit strides (the linear's
     layouts of _GEMM_UNIT_STRIDES but C's, which is row-major)."""
@@ -259,6 +273,10 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
                 # grouped_mm's and bmm's launches take their form's bucket tiles (the pointer kernel's K loop)
                 k = compile_grouped_gemm(target, dtype, tile, _options(t, tile), kind)
                 out.append(scan(k, f"linear.grouped {kind}[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
+                if t["linear_dw"].get("tma"):  # grouped_mm's TMA kernel on such a target
+                    k = compile_grouped_tma(target, dtype, tile, _options(t, tile), kind)
+                    name = f"linear.grouped {kind}[bucket {i}] (tma)"
+                    out.append(scan(k, name, target, dtype, tile, {tile["block_k"]}, True))
                 k = compile_batched_gemm(target, dtype, kind, tile, _options(t, tile))
                 out.append(scan(k, f"linear.bmm {kind}[bucket {i}]", target, dtype, tile, {tile["block_k"]}, True))
         dw = dict(t["linear_dw"])
@@ -268,6 +286,9 @@ def _linear_reports(target: str, dtypes: tuple[str, ...]) -> list[Report]:
             out.append(scan(k, name, target, dtype, dw, {dw["block_k"]}, True))
         k = compile_grouped_dw(target, dtype, dw, _options(t, dw))  # the pointer kernel with dW's pinned tile
         out.append(scan(k, "linear.grouped dw", target, dtype, dw, {dw["block_k"]}, True))
+        if dw.get("tma"):
+            k = compile_grouped_tma(target, dtype, dw, _options(t, dw), "dw")
+            out.append(scan(k, "linear.grouped dw (tma)", target, dtype, dw, {dw["block_k"]}, True))
         k = compile_batched_gemm(target, dtype, "dw", dw, _options(t, dw))
         out.append(scan(k, "linear.bmm dw", target, dtype, dw, {dw["block_k"]}, True))
         types = {"x_ptr": _ptr(dtype), "out_ptr": _ptr(dtype), "M": "i32", "N": "i32"}

@@ -37,7 +37,7 @@ import torch
 
 from rl_kernel._validate import group_bounds
 from rl_kernel.fast.configs import config_for
-from rl_kernel.fast.decoder.linear import _jit, _pointer_tile, _store_tile, mm_form, tl, triton
+from rl_kernel.fast.decoder.linear import _described, _jit, _pointer_tile, _store_tile, mm_form, tl, triton
 from rl_kernel.triton_tier import launch, target_of
 
 WHERE = "rl_kernel.fast.grouped_mm"
@@ -69,30 +69,38 @@ def _check_offs(offs_ptr, flag_ptr, E, total, GROUPS: tl.constexpr):
     tl.store(flag_ptr, 1, mask=(bad > 0) & first)
 
 
+@_jit
+def _group_tile(offs_ptr, pid, E, S, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Row tile `pid` of the groups found from offs (GROUPS = next_power_of_2(E + 1) slots: the experts and the rows
+    past them): (its group g, the group's first row, its row count, the tile's first row within the group, whether
+    the tile exists: programs past the last tile have none)."""
+    slot = tl.arange(0, GROUPS)
+    ends = _ends(offs_ptr, slot, E, S)
+    starts = _ends(offs_ptr, slot - 1, E, S)
+    tiles = (ends - starts + BLOCK_M - 1) // BLOCK_M
+    after = tl.cumsum(tiles, 0)  # the tiles of the groups up to each
+    g = tl.sum((after <= pid).to(tl.int32), 0)  # the groups whose tiles all come before this one
+    mine = slot == g
+    start = tl.sum(tl.where(mine, starts, 0), 0)
+    rows = tl.sum(tl.where(mine, ends - starts, 0), 0)
+    first = (pid - tl.sum(tl.where(mine, after - tiles, 0), 0)) * BLOCK_M
+    return g, start, rows, first, pid < tl.sum(tiles, 0)
+
+
 @_jit(do_not_specialize=["S"])
 def _grouped_gemm_kernel(
     a_ptr, b_ptr, c_ptr, offs_ptr, flag_ptr, E, S, N, K, stride_am, stride_ak, stride_bg, stride_bk, stride_bn,
     stride_cm, CHECK: tl.constexpr, EVEN_K: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Program (i, j): row tile i of the groups found from offs (GROUPS = next_power_of_2(E + 1) slots: the experts
-    and the rows past them), column tile j. C[rows of g] = A[rows of g] @ B[g] with _pointer_tile's K loop; the rows
-    past the last group zeros."""
-    pid = tl.program_id(0)
+    """Program (i, j): row tile i of the groups found from offs (_group_tile), column tile j. C[rows of g] = A[rows of
+    g] @ B[g] with _pointer_tile's K loop; the rows past the last group zeros."""
     if CHECK:
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
-    slot = tl.arange(0, GROUPS)
-    ends = _ends(offs_ptr, slot, E, S)
-    starts = _ends(offs_ptr, slot - 1, E, S)
-    tiles = (ends - starts + BLOCK_M - 1) // BLOCK_M
-    after = tl.cumsum(tiles, 0)  # the tiles of the groups up to each
-    if pid >= tl.sum(tiles, 0):
+    g, start, rows, first, live = _group_tile(offs_ptr, tl.program_id(0), E, S, GROUPS, BLOCK_M)
+    if not live:
         return
-    g = tl.sum((after <= pid).to(tl.int32), 0)  # the groups whose tiles all come before this one
-    mine = slot == g
-    start = tl.sum(tl.where(mine, starts, 0), 0)
-    rows = tl.sum(tl.where(mine, ends - starts, 0), 0)
-    offs_m = (pid - tl.sum(tl.where(mine, after - tiles, 0), 0)) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = first + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.where(g < E, K, 0)  # the rows past the last group: no K step, zeros
     a_g = a_ptr + start.to(tl.int64) * stride_am
@@ -102,6 +110,73 @@ def _grouped_gemm_kernel(
                         BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr + start.to(tl.int64) * stride_cm, c_ptr, offs_m, offs_n, rows, N, stride_cm, 1, False,
                 False)  # fmt: skip
+
+
+@_jit
+def _described_a(a_desc, k, off_m, A_T: tl.constexpr):
+    """A's tile [BLOCK_M, BLOCK_K] at row off_m, column k, from a descriptor of A or (A_T) of A^T."""
+    return a_desc.load([k, off_m]).T if A_T else a_desc.load([off_m, k])
+
+
+@_jit
+def _described_b(b_desc, k, off_n, B_T: tl.constexpr):
+    """B's tile [BLOCK_K, BLOCK_N] at row k, column off_n, from a descriptor of B or (B_T) of B^T."""
+    return b_desc.load([off_n, k]).T if B_T else b_desc.load([k, off_n])
+
+
+@_jit
+def _described_tile(a_desc, b_desc, acc, off_m, off_n, a_k, b_k, K, A_T: tl.constexpr, B_T: tl.constexpr,
+                    BLOCK_K: tl.constexpr):  # fmt: skip
+    """acc + the tile of A[:, a_k + k] @ B[b_k + k, :] over k in [0, K), operands by TMA: _pointer_tile's K loop (K
+    ascending in steps of BLOCK_K, one dot per step). Past K the descriptors may hold another expert's elements (its
+    weight rows, its tokens): the last partial step keeps only k < K, zeros elsewhere, as the masked loads do."""
+    full = K // BLOCK_K * BLOCK_K
+    for k0 in range(0, full, BLOCK_K):
+        a = _described_a(a_desc, a_k + k0, off_m, A_T)
+        b = _described_b(b_desc, b_k + k0, off_n, B_T)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    if full < K:
+        inside = full + tl.arange(0, BLOCK_K) < K
+        a = tl.where(inside[None, :], _described_a(a_desc, a_k + full, off_m, A_T), 0.0)
+        b = tl.where(inside[:, None], _described_b(b_desc, b_k + full, off_n, B_T), 0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+    return acc
+
+
+@_jit(do_not_specialize=["S"])
+def _grouped_gemm_tma_kernel(
+    a_desc, b_desc, c_ptr, offs_ptr, flag_ptr, E, S, N, K, stride_cm, CHECK: tl.constexpr, B_T: tl.constexpr,
+    GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """_grouped_gemm_kernel's tiles and arithmetic, its operands by TMA (sm_90): a_desc holds A [S, K]; b_desc the
+    experts' B stacked, [E * K, N], or (B_T) their B^T stacked, [E * N, K] (a weight's own rows). A tile's rows past
+    its group and columns past N read a neighbour's elements: never stored."""
+    if CHECK:
+        _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
+    g, start, rows, first, live = _group_tile(offs_ptr, tl.program_id(0), E, S, GROUPS, BLOCK_M)
+    if not live:
+        return
+    offs_m = first + tl.arange(0, BLOCK_M)
+    off_n = tl.program_id(1) * BLOCK_N
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    k = tl.where(g < E, K, 0)  # the rows past the last group: no K step, zeros
+    e = tl.minimum(g, E - 1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if B_T:
+        acc = _described_tile(a_desc, b_desc, acc, start + first, e * N + off_n, 0, 0, k, False, True, BLOCK_K)
+    else:
+        acc = _described_tile(a_desc, b_desc, acc, start + first, off_n, 0, e * K, k, False, False, BLOCK_K)
+    _store_tile(acc, c_ptr + start.to(tl.int64) * stride_cm, c_ptr, offs_m, offs_n, rows, N, stride_cm, 1, False,
+                False)  # fmt: skip
+
+
+@_jit
+def _expert_tokens(offs_ptr, g, E, S, GROUPS: tl.constexpr):
+    """(first token, token count) of expert g, from offs on the device."""
+    slot = tl.arange(0, GROUPS)
+    ends = _ends(offs_ptr, slot, E, S)
+    start = tl.sum(tl.where(slot == g - 1, ends, 0), 0)  # the running max: the group before ends where g starts
+    return start, tl.sum(tl.where(slot == g, ends, 0), 0) - start
 
 
 @_jit(do_not_specialize=["S"])
@@ -118,16 +193,35 @@ def _grouped_dw_kernel(
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
     tiles_m = tl.cdiv(M, BLOCK_M)
     g = pid // tiles_m
-    slot = tl.arange(0, GROUPS)
-    ends = _ends(offs_ptr, slot, E, S)
-    start = tl.sum(tl.where(slot == g - 1, ends, 0), 0)  # the running max: the group before ends where g starts
-    count = tl.sum(tl.where(slot == g, ends, 0), 0) - start
+    start, count = _expert_tokens(offs_ptr, g, E, S, GROUPS)
     offs_m = (pid % tiles_m) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _pointer_tile(a_ptr + start.to(tl.int64) * stride_ak, b_ptr + start.to(tl.int64) * stride_bk, acc, offs_m,
                         offs_n, M, N, count, stride_am, stride_ak, stride_bk, stride_bn, False, BLOCK_K)  # fmt: skip
     _store_tile(acc, c_ptr + g.to(tl.int64) * stride_cg, c_ptr, offs_m, offs_n, M, N, stride_cm, 1, False, False)
+
+
+@_jit(do_not_specialize=["S"])
+def _grouped_dw_tma_kernel(
+    a_desc, b_desc, c_ptr, offs_ptr, flag_ptr, E, S, M, N, stride_cg, stride_cm, CHECK: tl.constexpr,
+    GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """_grouped_dw_kernel's tiles and arithmetic, its operands by TMA (sm_90): a_desc holds A^T [S, M] (the tokens'
+    rows autograd transposes, read in place), b_desc B [S, N]. The K walk over the expert's tokens from its first;
+    the next expert's tokens in the last partial step are zeroed (_described_tile)."""
+    pid = tl.program_id(0)
+    if CHECK:
+        _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    g = pid // tiles_m
+    start, count = _expert_tokens(offs_ptr, g, E, S, GROUPS)
+    off_m = (pid % tiles_m) * BLOCK_M
+    off_n = tl.program_id(1) * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = _described_tile(a_desc, b_desc, acc, off_m, off_n, start, start, count, True, False, BLOCK_K)
+    _store_tile(acc, c_ptr + g.to(tl.int64) * stride_cg, c_ptr, off_m + tl.arange(0, BLOCK_M),
+                off_n + tl.arange(0, BLOCK_N), M, N, stride_cm, 1, False, False)  # fmt: skip
 
 
 @_jit
@@ -182,18 +276,32 @@ def grouped_dw(
         _flag_bad(offs, s, flag)
         return out.zero_()
     cfg = config_for("linear_dw", target_of(a.device))
-    bm, bn = cfg["block_m"], cfg["block_n"]
-    # K (the tokens) contiguous, as grad_w_2d's pointer path copies dY^T: the layout whose bits the GPU has shown
-    # equal to each expert's fast.mm. (Reading autograd's h^T in place would save this pass and keep each expert's
-    # first token aligned; its bits on sm_90 are not yet seen.)
+    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
+    grid = (e * triton.cdiv(m, bm), triton.cdiv(n, bn))
+    check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e)}
+    tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": cfg["num_warps"],
+             "num_stages": cfg["num_stages"], **cfg["launch"]}  # fmt: skip
+    descs = _tma_pair(a.device, (a.t(), [bk, bm]), (b, [bk, bn]))  # A^T: the tokens' rows autograd hands, in place
+    if descs is not None:
+        launch(_grouped_dw_tma_kernel, grid, *descs, out, offs, offs if flag is None else flag, e, s, m, n,
+               out.stride(0), out.stride(1), **check, **tiles)  # fmt: skip
+        return out
+    # The pointer kernel reads A K-contiguous (the tokens), as grad_w_2d's pointer path copies dY^T.
     a = a.contiguous()
     launch(
-        _grouped_dw_kernel, (e * triton.cdiv(m, bm), triton.cdiv(n, bn)), a, b, out, offs,
-        offs if flag is None else flag, e, s, m, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1), out.stride(0),
-        out.stride(1), CHECK=flag is not None, GROUPS=triton.next_power_of_2(e), BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **cfg["launch"],
+        _grouped_dw_kernel, grid, a, b, out, offs, offs if flag is None else flag, e, s, m, n, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), out.stride(0), out.stride(1), **check, **tiles,
     )  # fmt: skip
     return out
+
+
+def _tma_pair(device: torch.device, a: tuple, b: tuple | None) -> tuple | None:
+    """TMA descriptors of (tensor, block) a and b where the target reads by TMA (its dW config's tma: sm_90) and
+    both tensors are TMA-readable; else None (the pointer kernel: the same bits)."""
+    if b is None or not config_for("linear_dw", target_of(device)).get("tma"):
+        return None
+    da, db = _described(*a), _described(*b)
+    return None if da is None or db is None else (da, db)
 
 
 def _form_config(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int) -> dict:
@@ -220,13 +328,24 @@ def grouped_mm(
     # changes no bit, BLOCK_K is the form's for (n, k).
     cfg = _form_config(a, b[0], triton.cdiv(s, e), n, k)
     bm, bn = cfg["block_m"], cfg["block_n"]
+    bk = cfg["block_k"]
     a = a if a.stride(1) == 1 else a.contiguous()
+    grid = (triton.cdiv(s, bm) + e, triton.cdiv(n, bn))
+    check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e + 1)}
+    tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": cfg["num_warps"],
+             "num_stages": cfg["num_stages"], **cfg["launch"]}  # fmt: skip
+    b_t = b.stride(1) == 1  # b[g] a weight's transpose: the experts' [N, K] rows stacked
+    stacked = b.transpose(1, 2) if b_t else b
+    block = [bn, bk] if b_t else [bk, bn]
+    stacked = (stacked.reshape(-1, stacked.shape[2]), block) if stacked.is_contiguous() else None
+    descs = _tma_pair(a.device, (a, [bm, bk]), stacked)
+    if descs is not None:
+        launch(_grouped_gemm_tma_kernel, grid, *descs, out, offs, offs if flag is None else flag, e, s, n, k,
+               out.stride(0), B_T=b_t, **check, **tiles)  # fmt: skip
+        return out
     launch(
-        _grouped_gemm_kernel, (triton.cdiv(s, bm) + e, triton.cdiv(n, bn)), a, b, out, offs,
-        offs if flag is None else flag, e, s, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2),
-        out.stride(0), CHECK=flag is not None, EVEN_K=k % cfg["block_k"] == 0, GROUPS=triton.next_power_of_2(e + 1),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=cfg["block_k"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **cfg["launch"],
+        _grouped_gemm_kernel, grid, a, b, out, offs, offs if flag is None else flag, e, s, n, k, a.stride(0),
+        a.stride(1), b.stride(0), b.stride(1), b.stride(2), out.stride(0), EVEN_K=k % bk == 0, **check, **tiles,
     )  # fmt: skip
     return out
 
