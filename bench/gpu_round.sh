@@ -33,7 +33,8 @@
 #              its flags, RMODES_TAG a suffix for its files), rproc (rollout_process: stock and the tier side by side
 #              in one process, compiled first; RPROC_ARGS its flags, RPROC_TAG a suffix for its files), gemm
 #              (grouped_gemm: a mixture of experts' grouped GEMM under the mode against torch._grouped_mm; GEMM_ARGS
-#              its flags, GEMM_TAG a suffix for its files)
+#              its flags, GEMM_TAG a suffix for its files), wattn (window_attention: the windowed attention alone
+#              against SDPA with the window's mask, at block heights; WATTN_ARGS its flags, WATTN_TAG a suffix)
 #   tune       a rebuild per TUNE_FLAGS entry (';'-separated RL_KERNEL_EXTRA_FLAGS sets: scheduling only), each
 #              timed by `python -m bench row --quick`; the build of the round is restored afterwards
 # junitparser, liger-kernel and a newer transformers travel as wheels in .whl/ (no network there; `make device-wheels`
@@ -199,6 +200,9 @@ for s in $steps; do
     gemm) # shellcheck disable=SC2086 # GEMM_ARGS: flags, split on purpose
           step "grouped-gemm${GEMM_TAG:-}" python3 -m bench grouped_gemm ${GEMM_ARGS:-} \
             --json "$out/grouped_gemm${GEMM_TAG:-}.json" ;;
+    wattn) # shellcheck disable=SC2086 # WATTN_ARGS: flags, split on purpose
+           step "window-attention${WATTN_TAG:-}" python3 -m bench window_attention ${WATTN_ARGS:-} \
+             --json "$out/window_attention${WATTN_TAG:-}.json" ;;
     rproc) # shellcheck disable=SC2086 # RPROC_ARGS: flags, split on purpose
            step "rollout-process${RPROC_TAG:-}" python3 -m bench rollout_process --model "${MODEL:-qwen3-1.7b}" \
              ${RPROC_ARGS:-} --json "$out/rollout_process${RPROC_TAG:-}.json" ;;
