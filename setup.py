@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -64,10 +65,10 @@ def _device_compiler() -> str:
     return _output_line(["nvcc", "--version"], last=True) if torch.version.cuda else ""
 
 
-def write_build_record(ext) -> None:
+def build_record(ext) -> dict:
     """kernels/rl_kernel/_build.json: compilers, flags, targets and revision; the fingerprint reads it."""
     args = ext.extra_compile_args
-    record = {
+    return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "hip": torch.version.hip,
@@ -78,10 +79,30 @@ def write_build_record(ext) -> None:
         "cuda_arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST", ""),
         "rocm_arch": os.environ.get("PYTORCH_ROCM_ARCH", "") if torch.version.hip else "",
         "revision": os.environ.get("RLPARITY_REVISION") or _output_line(["git", "-C", str(ROOT), "rev-parse", "HEAD"]),
+        "sources": flags["contract_digest"](),  # what is compiled (build_flags.contract_digest)
     }
-    (ROOT / "kernels/rl_kernel/_build.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+class BuildExt(BuildExtension):
+    """RL_KERNEL_PREBUILT=PATH ships that library as rl_kernel._C instead of compiling it, when it is what this
+    build would compile (build_flags.prebuilt_differs: its build record equals this one but for the revision);
+    otherwise this compiles, saying why. tests/repo/test_wheel.py passes make build's in-place extension."""
+
+    def build_extension(self, ext) -> None:
+        library = os.environ.get("RL_KERNEL_PREBUILT")
+        if library:
+            why = flags["prebuilt_differs"](Path(library), RECORD)
+            if why is None:
+                out = Path(self.get_ext_fullpath(ext.name))
+                out.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(library, out)
+                print(f"rl_kernel._C: not compiled, the prebuilt {library} (the same build record)")
+                return
+            print(f"rl_kernel._C: compiled, not the prebuilt {library}: {why}")
+        super().build_extension(ext)
 
 
 ext = extension()
-write_build_record(ext)
-setup(ext_modules=[ext], cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)})
+RECORD = build_record(ext)
+(ROOT / "kernels/rl_kernel/_build.json").write_text(json.dumps(RECORD, indent=1) + "\n")
+setup(ext_modules=[ext], cmdclass={"build_ext": BuildExt.with_options(use_ninja=True)})

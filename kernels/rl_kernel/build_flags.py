@@ -11,8 +11,11 @@ common/*.cpp) and one folder per family whose <family>_cpu.cpp, <family>_gpu.cu 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
+import sysconfig
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -72,6 +75,35 @@ def contract_files() -> list[Path]:
     """Every C++/CUDA/HIP file of the compiled tiers (headers included), sorted: what a build of them depends on
     (the mutated build's and the FMA control's cache keys hash them)."""
     return sorted(p for p in PACKAGE.glob("*/*/*") if p.suffix in SOURCE_SUFFIXES and p.is_file())
+
+
+def contract_digest() -> str:
+    """sha256 over what a build of the extension compiles: every contract file (its path and its bytes), this
+    file and setup.py (the flags and which sources). setup.py records it in the build record (_build.json);
+    the wheel test ships make build's extension only when its copy of the tree has the same digest."""
+    h = hashlib.sha256()
+    for p in [*contract_files(), PACKAGE / "build_flags.py", REPO / "setup.py"]:
+        h.update(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def prebuilt_differs(library: Path, record: dict) -> str | None:
+    """Why the library (an extension built earlier, its build record _build.json next to it) is not what this
+    build, whose record is `record`, would compile; None when it is: the records are equal but for the revision
+    (the same digest of the compiled sources, flags, torch, compilers and targets), the library is named for this
+    Python and was linked after its record was written (setup.py writes the record before compiling: a failed
+    compile leaves an older library). setup.py's RL_KERNEL_PREBUILT reads it."""
+    built_record = library.with_name("_build.json")
+    try:
+        built = json.loads(built_record.read_text())
+        if library.stat().st_mtime < built_record.stat().st_mtime:
+            return "it is older than its build record (its compile failed?)"
+    except (OSError, ValueError) as exc:
+        return f"no library or build record: {exc}"
+    if not library.name.endswith(sysconfig.get_config_var("EXT_SUFFIX")):
+        return f"it is not named for this Python ({sysconfig.get_config_var('EXT_SUFFIX')})"
+    keys = sorted(k for k in record.keys() | built.keys() if k != "revision" and record.get(k) != built.get(k))
+    return f"its build record differs in {', '.join(keys)}" if keys else None
 
 
 # Contract mutations (rl_kernel.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of

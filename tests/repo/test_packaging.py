@@ -6,14 +6,20 @@ installs the wheel itself."""
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 import re
+import runpy
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
 import tomllib
 
+from rl_kernel import build_flags
 from rlparity import config, images, matrix
 from rlparity.config import ConfigError, EnvError, import_extra
 
@@ -139,3 +145,55 @@ def test_building_an_image_outside_a_checkout_says_it_needs_one(monkeypatch, tmp
     assert config.checkout() is None
     with pytest.raises(ConfigError, match="needs a checkout"):
         images.build(client=None, name="cpu")
+
+
+def test_a_prebuilt_extension_is_shipped_only_when_it_is_what_the_build_would_compile(tmp_path):
+    """setup.py's RL_KERNEL_PREBUILT (the wheel test passes make build's extension): build_flags.prebuilt_differs
+    accepts a library whose build record equals the build's but for the revision, linked after that record;
+    anything else that differs (the compiled sources' digest, a flag, torch), an older library, a missing
+    record or a library for another Python is compiled afresh, and the reason names it."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    record = {"torch": "2.13.0+cpu", "cuda": None, "cxx_flags": ["-O3"], "revision": "a", "sources": "d1"}
+    library, written = tmp_path / f"_C{suffix}", tmp_path / "_build.json"
+    assert "no library or build record" in build_flags.prebuilt_differs(library, record)
+    written.write_text(json.dumps(record))
+    library.write_bytes(b"")
+    os.utime(written, (1000, 1000))
+    assert build_flags.prebuilt_differs(library, record) is None
+    assert build_flags.prebuilt_differs(library, {**record, "revision": "b"}) is None
+    assert build_flags.prebuilt_differs(library, {**record, "sources": "d2"}) == "its build record differs in sources"
+    assert "cuda, cxx_flags" in build_flags.prebuilt_differs(library, {**record, "cuda": "12.8", "cxx_flags": []})
+    assert "differs in hip" in build_flags.prebuilt_differs(library, {**record, "hip": "6.4"})  # a key it lacks
+    os.utime(library, (500, 500))
+    assert "older than its build record" in build_flags.prebuilt_differs(library, record)
+    other = tmp_path / "_C.cpython-312-x86_64-linux-gnu.so"
+    other.write_bytes(b"")
+    assert "not named for this Python" in build_flags.prebuilt_differs(other, record)
+
+
+def test_the_digest_covers_every_contract_file_setup_py_and_the_flags(tmp_path):
+    """build_flags.contract_digest (the build record's "sources") changes with any contract file's bytes or
+    name, setup.py or build_flags.py, and with nothing else: a copy of those files gives the checkout's digest."""
+    package = ROOT / "kernels/rl_kernel"
+    files = [*build_flags.contract_files(), package / "build_flags.py", ROOT / "setup.py"]
+    assert any(p.suffix == ".h" for p in files) and any(p.suffix == ".cpp" for p in files)
+    for p in files:
+        (tmp_path / p.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(p, tmp_path / p.relative_to(ROOT))
+
+    def digest() -> str:
+        return runpy.run_path(str(tmp_path / "kernels/rl_kernel/build_flags.py"))["contract_digest"]()
+
+    first = digest()
+    assert first == build_flags.contract_digest() and re.fullmatch(r"[0-9a-f]{64}", first)
+    (tmp_path / "kernels/rl_kernel/exact/notes.txt").write_text("not compiled")
+    assert digest() == first
+    for changed in (files[0], package / "build_flags.py", ROOT / "setup.py"):
+        copy = tmp_path / changed.relative_to(ROOT)
+        copy.write_bytes(copy.read_bytes() + b"\n")
+        assert digest() != first, changed
+        copy.write_bytes(changed.read_bytes())
+        assert digest() == first
+    first_file = tmp_path / files[0].relative_to(ROOT)  # renamed, still the first: only its name differs
+    first_file.rename(first_file.with_name("0" + first_file.name))
+    assert digest() != first

@@ -2,12 +2,18 @@
 
 The wheel is built once per session (every xdist worker shares it, behind a file lock) from a copy of the
 working tree, CPU only (RL_KERNEL_BUILD=cpu), so no earlier build's leftovers in build/ can hide a file the
-package data forgot. The venv gets the pinned CPU torch (torch==2.13.0: the local wheel PIP_FIND_LINKS
-names; never a CUDA build), then the wheel alone: rl_kernel imports and none of the harness's dependencies
-are installed; then the wheel's `harness` extra, and `rlparity run --matrix quick` on the CPU baseline
-single-device fp32 cells, one per workload (a subset: the other quick cells differ in dtype, env profile or
-placement, not in what the package must ship) passes: the cells compare with the golden digests shipped in the
-wheel; and the fast tier's cells are found and skipped for want of a GPU.
+package data forgot. One thing is reused: the compiled extension, when make build's in-place one is what compiling
+the copy would give (setup.py's RL_KERNEL_PREBUILT: its build record equals the copy's but for the revision, the
+same digest of the compiled sources, setup.py and build_flags.py, the same flags, torch and compiler, and it was
+linked after that record was written); the wheel ships it instead of compiling it again (minutes on 2 cores).
+RLPARITY_WHEEL_COMPILE=1, or any difference (setup.py's log says which), compiles it afresh.
+
+The venv gets the pinned CPU torch (torch==2.13.0: the local wheel PIP_FIND_LINKS names; never a CUDA build),
+then the wheel alone: rl_kernel imports and none of the harness's dependencies are installed; then the wheel's
+`harness` extra, and `rlparity run --matrix quick` on the CPU baseline single-device fp32 cells, one per
+workload (a subset: the other quick cells differ in dtype, env profile or placement, not in what the package
+must ship) passes: the cells compare with the golden digests shipped in the wheel; and the fast tier's cells are
+found and skipped for want of a GPU.
 
 With CI=true a failure to build or install fails; elsewhere, where pip cannot reach an index, it skips.
 """
@@ -20,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -94,7 +101,10 @@ def wheel(tmp_path_factory) -> Path:
         src = _source_copy(shared / "src")
         revision = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
         cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", "dist", str(src)]
-        proc = _run(cmd, cwd=shared, timeout=1500, extra={"RLPARITY_REVISION": revision.strip()})
+        extra = {"RLPARITY_REVISION": revision.strip()}
+        if os.environ.get("RLPARITY_WHEEL_COMPILE") != "1":  # setup.py ships it only if it is what it would compile
+            extra["RL_KERNEL_PREBUILT"] = str(ROOT / f"kernels/rl_kernel/_C{sysconfig.get_config_var('EXT_SUFFIX')}")
+        proc = _run(cmd, cwd=shared, timeout=1500, extra=extra)
         assert proc.returncode == 0, _tail(proc)  # building needs no network (no isolation, no deps)
         log = proc.stdout + proc.stderr
         (shared / "build.log").write_text(log)
