@@ -28,6 +28,13 @@ def test_interpreter_sliding_window() -> None:
     assert len(r) == 9 and not failed, failed
 
 
+@pytest.mark.slow
+def test_interpreter_window_chunks_packed_where_no_window_cuts() -> None:
+    r = interpret(__file__, "chunks")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert len(r) == 4 and not failed, failed
+
+
 # ---- what the subprocess runs --------------------------------------------------------------------------
 def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0):
     grp = q.shape[1] // k.shape[1]
@@ -108,6 +115,42 @@ def _check_window() -> dict[str, bool]:
     return res
 
 
+def _check_chunks() -> dict[str, bool]:
+    """A windowed prefill whose first chunk of positions no window cuts (its blocks take runs of positions) and whose
+    later chunks it cuts (positions a key tile apart), small tiles so that 600 rows make three chunks: each sampled
+    row (chunk edges, the first cut rows) == that row alone as a decode step, out and dq; near float64."""
+    from rl_kernel.fast.decoder import attention as fa
+    from rl_kernel.fast.decoder.attention_backward import backward
+
+    g = torch.Generator().manual_seed(7)
+    b, hq, hkv, t, d, w = 2, 4, 2, 600, 32, 300
+    cfg = dict(fa._cfg(torch.empty(0), None), block_m=32, block_n=16, bwd_block_m=32, bwd_block_n=16)
+    chunk = cfg["block_m"] // (hq // hkv) * cfg["block_n"]  # 256 positions
+    q, k, v, go = (torch.randn(b, h, t, d, generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
+    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 70])
+    scale = d**-0.5
+    res = {"the case: chunk 0 uncut, chunks 1 and 2 cut, in both sequences": bool(
+        ((chunk - 1 - k_start) < w).all() and ((2 * chunk - 1 - k_start) >= w).all())}  # fmt: skip
+    out, lse = fa.forward(q, k, v, q_pos, k_start, scale, cfg=cfg, window=w)
+    dq = backward(go, q, k, v, out, lse, q_pos, k_start, scale, cfg=cfg, window=w)[0]
+    rows = [0, 15, 16, 255, 256, 257, 369, 370, 511, 512, 599]  # (seq 1's first key 70: row 369 its last uncut)
+    pick = [(s_, r) for s_ in range(b) for r in rows]  # each as its own sequence of one query row
+    qs, gs = (torch.stack([x[s_, :, r : r + 1] for s_, r in pick]) for x in (q, go))
+    ks_, vs_ = (torch.stack([x[s_] for s_, _ in pick]) for x in (k, v))
+    pos, start = torch.tensor([[r] for _, r in pick]), torch.stack([k_start[s_] for s_, _ in pick])
+    one, one_lse = fa.forward(qs, ks_, vs_, pos, start, scale, cfg=cfg, window=w)
+    one_dq = backward(gs, qs, ks_, vs_, one, one_lse, pos, start, scale, cfg=cfg, window=w)[0]
+    res["every sampled row == itself alone (out)"] = bits_equal(
+        one[:, :, 0], torch.stack([out[s_, :, r] for s_, r in pick])
+    )
+    res["every sampled row == itself alone (dq)"] = bits_equal(
+        one_dq[:, :, 0], torch.stack([dq[s_, :, r] for s_, r in pick])
+    )
+    ref = _attn_ref(q, k, v, q_pos, k_start, scale, w)
+    res["vs float64"] = bool((out.double() - ref).abs().max() < 0.03)
+    return res
+
+
 def _check_attention() -> dict[str, bool]:
     g = torch.Generator().manual_seed(1)
     b, hq, hkv, t, d = 3, 4, 2, 150, 32
@@ -159,4 +202,4 @@ def _check_attention() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    serve({"attention": _check_attention, "window": _check_window})
+    serve({"attention": _check_attention, "window": _check_window, "chunks": _check_chunks})

@@ -142,7 +142,7 @@ def _attn_fwd_kernel(
     WINDOWED: tl.constexpr,
 ):
     b, hkv, t64, h, valid, ks, qp, on = _query_block(
-        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
+        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, window, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
     )
     h64 = h.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)

@@ -156,7 +156,7 @@ def _attn_bwd_dq_kernel(
     """One packed query block of one KV head; its key tiles from its first key in order (all contiguous); with a
     window, class by class as the forward walks them (fast.decoder.attention)."""
     b, hkv, t64, h, valid, ks, qp, on = _query_block(
-        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
+        qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, window, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
     )
     offs_d = tl.arange(0, BLOCK_D)
     d_ok = offs_d < HEAD_D

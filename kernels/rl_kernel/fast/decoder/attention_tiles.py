@@ -27,13 +27,18 @@ def _rows(pid_m, hkv, Tq, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.con
 
 @_jit
 def _spaced_rows(
-    pid_m, hkv, Tq, lanes, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr, BLOCK_N: tl.constexpr
+    pid_m, hkv, Tq, lanes, packed, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr, BLOCK_N: tl.constexpr
 ):
     """Packed rows of a block with a sliding window: ROWS_T query positions BLOCK_N apart (lane + i * BLOCK_N within a
     chunk of ROWS_T * BLOCK_N positions, `lanes` = min(BLOCK_N, Tq) blocks per chunk) times the group's heads. Rows
-    whose windows cut keys then have their first keys alike within a key tile, and walk one grid of tiles."""
+    whose windows cut keys then have their first keys alike within a key tile, and walk one grid of tiles. packed (the
+    same for every block of a chunk): the chunk's positions in runs of ROWS_T instead (lane * ROWS_T + i), for a chunk
+    where no window cuts: every row's first key is k_start, one grid, and neighbours walk nearly the same keys. Either
+    way the chunk's blocks hold each of its positions once; which block holds a row changes none of its bits."""
     r = tl.arange(0, BLOCK_M)
-    t = (pid_m // lanes) * (ROWS_T * BLOCK_N) + pid_m % lanes + (r // G) * BLOCK_N
+    i = r // G
+    lane = pid_m % lanes
+    t = (pid_m // lanes) * (ROWS_T * BLOCK_N) + tl.where(packed, lane * ROWS_T + i, lane + i * BLOCK_N)
     h = hkv * G + r % G
     valid = (r < ROWS_T * G) & (t < Tq)
     return t, h, valid
@@ -47,20 +52,23 @@ def spaced_blocks(tq: int, rows_t: int, block_n: int) -> tuple[int, int]:
 
 @_jit
 def _query_block(
-    qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr,
+    qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, window, G: tl.constexpr, BLOCK_M: tl.constexpr, ROWS_T: tl.constexpr,
     BLOCK_N: tl.constexpr, WINDOWED: tl.constexpr,
 ):  # fmt: skip
     """This program's block (program (i, j): query block i of sequence b = j // Hkv, KV head j % Hkv): b, the KV head,
     its packed rows' positions t (int64) and query heads h, which rows are valid, the sequence's k_start, each row's
-    q_pos and whether it sees any key (on: q_pos >= k_start)."""
+    q_pos and whether it sees any key (on: q_pos >= k_start). With a window, a chunk whose last row's window does not
+    cut (q_pos - k_start < window) takes its positions in runs (_spaced_rows' packed): a choice of speed alone."""
     b = (tl.program_id(1) // Hkv).to(tl.int64)
     hkv = tl.program_id(1) % Hkv
+    ks = tl.load(kstart_ptr + b)
     if WINDOWED:
-        t, h, valid = _spaced_rows(tl.program_id(0), hkv, Tq, lanes, G, BLOCK_M, ROWS_T, BLOCK_N)
+        last = tl.minimum((tl.program_id(0) // lanes + 1) * (ROWS_T * BLOCK_N), Tq) - 1
+        packed = tl.load(qpos_ptr + b * sp_b + last) - ks < window
+        t, h, valid = _spaced_rows(tl.program_id(0), hkv, Tq, lanes, packed, G, BLOCK_M, ROWS_T, BLOCK_N)
     else:
         t, h, valid = _rows(tl.program_id(0), hkv, Tq, G, BLOCK_M, ROWS_T)
     t64 = t.to(tl.int64)
-    ks = tl.load(kstart_ptr + b)
     qp = tl.load(qpos_ptr + b * sp_b + t64, mask=valid, other=-1)
     return b, hkv, t64, h, valid, ks, qp, valid & (qp >= ks)
 
