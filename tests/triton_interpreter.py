@@ -42,13 +42,15 @@ def failed(found: dict) -> dict:
 
 
 def shim() -> None:
-    """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), and tl.dot
-    of bf16 multiplies the raw uint16 storage. Both patched here, in the interpreter only. And tl.dot's fp32 sum:
-    the interpreter's np.matmul in float32 runs OpenBLAS, whose order of the K sum depends on the tile's M (its
-    small-matrix kernels), so a row's bits would move with BLOCK_M in the interpreter alone. Here a dot of bf16 /
-    fp16 operands is summed in float64 (exact: each product has at most 22 significant bits) and added to the fp32
-    accumulator with one rounding, so each K step's rounding, the property the tests check, is what shows."""
+    """Triton 3.6's interpreter with numpy >= 2.4: int() of a 1-element array raises (loop bounds), tl.dot of bf16
+    multiplies the raw uint16 storage, and fp32 -> bf16 truncates. All patched here, in the interpreter only. And
+    tl.dot's fp32 sum: the interpreter's np.matmul in float32 runs OpenBLAS, whose order of the K sum depends on the
+    tile's M (its small-matrix kernels), so a row's bits would move with BLOCK_M in the interpreter alone. Here a
+    dot of bf16 / fp16 operands is summed in float64 (exact: each product has at most 22 significant bits) and added
+    to the fp32 accumulator with one rounding, so each K step's rounding, the property the tests check, is what
+    shows."""
     import numpy as np
+    import torch
     import triton.language as tl
     from triton.runtime import interpreter as it
 
@@ -75,3 +77,14 @@ def shim() -> None:
         return create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     it.InterpreterBuilder.create_dot = dot
+    cast_impl = it.InterpreterBuilder.cast_impl
+
+    def cast(self, src, dst_type):
+        """fp32 -> bf16 rounded to nearest even, as the GPUs' conversion (and torch's) rounds: the interpreter's own
+        truncates, so a bf16 result would differ from torch's in its last bit."""
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            rounded = torch.from_numpy(np.ascontiguousarray(src.data, dtype=np.float32)).bfloat16()
+            return it.TensorHandle(rounded.view(torch.int16).numpy().view(np.uint16), tl.bfloat16)
+        return cast_impl(self, src, dst_type)
+
+    it.InterpreterBuilder.cast_impl = cast

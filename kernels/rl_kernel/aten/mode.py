@@ -43,6 +43,7 @@ the model is covered (docs/architecture.md, "The mode").
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 import threading
@@ -337,8 +338,10 @@ def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
 
     served = {"mm": mm, "addmm": addmm, "bmm": _bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,
-              "_softmax_backward_data": _softmax_backward_data, "topk": topk, "index_add": index_add,
-              "index_add_": index_add_, "index_put": index_put_server,
+              "_softmax_backward_data": _softmax_backward_data, "topk": topk,
+              "index_add": functools.partial(index_add, checks=checks),
+              "index_add_": functools.partial(index_add_, checks=checks),
+              "index_put": functools.partial(index_put_server, checks=checks),
               "_grouped_mm": _grouped_mm, "native_layer_norm": layer_norm,
               "native_layer_norm_backward": layer_norm_backward, "logsumexp": logsumexp,
               "scaled_dot_product_attention": _sdpa_server(t, check),

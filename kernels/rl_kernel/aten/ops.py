@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from rl_kernel._validate import clamped_groups
+from rl_kernel.aten import segments as mode_segments
 from rl_kernel.aten import tree as mode_tree
 
 
@@ -26,19 +27,32 @@ def topk(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: b
     return values.narrow(dim, 0, k).contiguous(), indices.narrow(dim, 0, k).contiguous()
 
 
-def index_add(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+def index_add(x: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1,
+              checks: Checks | None = None) -> torch.Tensor:  # fmt: skip
     """aten::index_add: out = x, then each slice of `source` added to its row of out in source order, one add at a
     time (a row named twice gets its first slice, then its second): torch's CUDA kernel adds duplicates atomically,
     in any order. Rounds each add to x's dtype, as torch's does."""
-    return index_add_(x.clone(), dim, index, source, alpha=alpha)
+    return index_add_(x.clone(), dim, index, source, alpha=alpha, checks=checks)
 
 
-def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
-    """index_add in place: passes of rows named once each, written back by index_copy_ (not index_add_, which the
-    mode serves: the pass would call itself)."""
+def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1,
+               checks: Checks | None = None) -> torch.Tensor:  # fmt: skip
+    """index_add in place. On a GPU (mode_segments: over dim 0, one launch, no host read; an index outside out's
+    rows adds nothing and, with `checks` (the mode's), is reported at the mode's exit, without them raises at
+    once); else passes of rows named once each, written back by index_copy_ (not index_add_, which the mode serves:
+    the pass would call itself). Both are the same adds in the same order."""
     if index.numel() == 0:
         return out
     src = (source if alpha == 1 else source * alpha).to(out.dtype)
+    if mode_segments.available(out, dim):
+        flag = None if checks is None else checks.flag(out.device, _OUTSIDE.format(rows=out.shape[0]))
+        if flag is None:
+            flag = torch.zeros(1, dtype=torch.int32, device=out.device)
+            mode_segments.index_add_(out, index, src, flag)
+            if flag.item():  # a host read, where no mode defers the check
+                raise ModeError(f"rl_kernel.mode: {_OUTSIDE.format(rows=out.shape[0])}")
+            return out
+        return mode_segments.index_add_(out, index, src, flag)
     index = index.reshape(-1)
     order = torch.sort(index, stable=True)
     sorted_idx, pos = order.values, order.indices
@@ -52,6 +66,9 @@ def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.T
         rows = index[take]
         out.index_copy_(dim, rows, out.index_select(dim, rows) + src.index_select(dim, take))
     return out
+
+
+_OUTSIDE = "aten::index_add (or an accumulating index_put) with an index outside the {rows} rows"
 
 
 # ---- LayerNorm: its statistics by the tree, in fp32, rounded once -----------------------------------------------
@@ -314,25 +331,31 @@ def bmm(
 
 
 # ---- index_put with accumulate: a gather's backward (a mixture of experts' tokens, each picked top-k times) ---------
-def index_put_server(original: Any) -> Callable:
+def index_put_server(original: Any, checks: Checks | None = None) -> Callable:
     """aten::index_put, served with its stock kernel `original` (torch.library.get_kernel's, called with the dispatch
     key set) for what has no order to fix (accumulate=False, or indices naming each element once); with accumulate
-    and one index over the first dim, index_add_'s one add at a time in source order (torch's CUDA kernel adds
-    duplicates atomically, in any order); any other accumulation over repeated elements is refused by name."""
+    and one integer index over the first dim (a gather's backward), index_add_'s one add at a time in source order
+    whether or not it repeats (torch's CUDA kernel adds duplicates atomically, in any order; a single add is the same
+    either way), with no host read; any other accumulation over repeated elements is refused by name."""
 
     def serve(keyset, x, indices, values, accumulate=False):
         named = [i for i in indices if i is not None]
+        if accumulate and len(indices) == 1 and named and named[0].dim() == 1 and _integer(named[0]):
+            index = named[0].long()
+            index = torch.where(index < 0, index + x.shape[0], index)  # index_put's negative indices count from the end
+            return index_add_(x.clone(), 0, index, values.expand(index.shape[0], *x.shape[1:]), checks=checks)
         if not accumulate or names_each_once(indices):
             return original.call_boxed(keyset, x, indices, values, accumulate)
-        if len(indices) == 1 and named and named[0].dim() == 1 and not named[0].dtype.is_floating_point:
-            index = named[0].long()
-            return index_add_(x.clone(), 0, index, values.expand(index.shape[0], *x.shape[1:]))
         raise ModeError(
             "rl_kernel.mode: aten::index_put with accumulate=True over repeated elements by "
             f"{len(indices)} indices: only one index over the first dim is served (index_add's order)"
         )
 
     return serve
+
+
+def _integer(index: torch.Tensor) -> bool:
+    return not index.dtype.is_floating_point and index.dtype != torch.bool
 
 
 def names_each_once(indices) -> bool:
