@@ -23,7 +23,7 @@ SOURCES := $(wildcard kernels/rl_kernel/*/*/*.h kernels/rl_kernel/*/*/*.cuh kern
 BUILD_STAMP := build/.rl_kernel-$(notdir $(PY)).stamp
 JOBS ?= auto
 
-.PHONY: all build run test test-fast lint kernels-check selfcheck golden selftest bench device-wheels print-python clean
+.PHONY: all build run test test-hf-lowest test-fast lint kernels-check selfcheck golden selftest bench device-wheels print-python clean
 
 all: test
 
@@ -95,14 +95,19 @@ build/trl-%/.stamp: | $(BUILD_STAMP)
 	touch $@
 TRL_TESTS := tests/integrations/test_trl.py tests/harness/test_engines.py::test_trls_grpo_trainer_as_cells
 
-# All tests, then the Hugging Face integration again at the lowest supported transformers, then TRL's adapter at
-# each end of its range (RLPARITY_REQUIRE_TRL: a TRL that does not import fails instead of skipping).
+# All tests, then, side by side (make -j: the TRL passes are one process each, so the three fill both cores; -O: each
+# pass's output whole when it ends), the Hugging Face integration again at the lowest supported transformers and
+# TRL's adapter at each end of its range (RLPARITY_REQUIRE_TRL: a TRL that does not import fails instead of skipping).
+PASSES := test-hf-lowest $(TRL_RANGE:%=test-trl-%)
 test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 --durations=25 tests
-	PYTHONPATH=build/hf-lowest $(PY) -m pytest -n $(JOBS) -p no:cacheprovider tests/integrations
-	for v in $(TRL_RANGE); do \
-	  RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$$v $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS) || exit 1; \
-	done
+	@$(MAKE) --no-print-directory -j $(words $(PASSES)) -O $(PASSES)
+
+test-hf-lowest: build build/hf-lowest/.stamp
+	PYTHONPATH=build/hf-lowest $(PY) -m pytest -n $(JOBS) --maxschedchunk 1 -p no:cacheprovider tests/integrations
+
+test-trl-%: build build/trl-%/.stamp
+	RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$* $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS)
 
 # The developer's loop (about 90 s on 2 cores): the first fast case of every test function (the `loop` marker,
 # tests/conftest.py), so each family and harness module is tried once; `make test` runs every case.
