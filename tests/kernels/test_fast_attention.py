@@ -117,23 +117,23 @@ def _check_window() -> dict[str, bool]:
 
 def _check_chunks() -> dict[str, bool]:
     """A windowed prefill whose first chunk of positions no window cuts (its blocks take runs of positions) and whose
-    later chunks it cuts (positions a key tile apart), small tiles so that 600 rows make three chunks: each sampled
+    later chunks it cuts (positions a key tile apart), small tiles so that 300 rows make three chunks: each sampled
     row (chunk edges, the first cut rows) == that row alone as a decode step, out and dq; near float64."""
     from rl_kernel.fast.decoder import attention as fa
     from rl_kernel.fast.decoder.attention_backward import backward
 
     g = torch.Generator().manual_seed(7)
-    b, hq, hkv, t, d, w = 2, 4, 2, 600, 32, 300
-    cfg = dict(fa._cfg(torch.empty(0), None), block_m=32, block_n=16, bwd_block_m=32, bwd_block_n=16)
-    chunk = cfg["block_m"] // (hq // hkv) * cfg["block_n"]  # 256 positions
+    b, hq, hkv, t, d, w = 2, 4, 2, 300, 32, 150
+    cfg = dict(fa._cfg(torch.empty(0), None), block_m=16, block_n=16, bwd_block_m=16, bwd_block_n=16)
+    chunk = cfg["block_m"] // (hq // hkv) * cfg["block_n"]  # 128 positions
     q, k, v, go = (torch.randn(b, h, t, d, generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
-    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 70])
+    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 30])
     scale = d**-0.5
     res = {"the case: chunk 0 uncut, chunks 1 and 2 cut, in both sequences": bool(
         ((chunk - 1 - k_start) < w).all() and ((2 * chunk - 1 - k_start) >= w).all())}  # fmt: skip
     out, lse = fa.forward(q, k, v, q_pos, k_start, scale, cfg=cfg, window=w)
     dq = backward(go, q, k, v, out, lse, q_pos, k_start, scale, cfg=cfg, window=w)[0]
-    rows = [0, 15, 16, 255, 256, 257, 369, 370, 511, 512, 599]  # (seq 1's first key 70: row 369 its last uncut)
+    rows = [0, 7, 8, 127, 128, 129, 179, 180, 255, 256, 299]  # (seq 1's first key 30: row 179 its last uncut)
     pick = [(s_, r) for s_ in range(b) for r in rows]  # each as its own sequence of one query row
     qs, gs = (torch.stack([x[s_, :, r : r + 1] for s_, r in pick]) for x in (q, go))
     ks_, vs_ = (torch.stack([x[s_] for s_, _ in pick]) for x in (k, v))
