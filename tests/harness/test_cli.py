@@ -201,8 +201,11 @@ def test_cli_compare_tensors(tmp_path):
 def test_cli_interrupt_stops_promptly_and_kills_the_running_cell(tmp_path):
     matrix = write_matrix(tmp_path / "two.toml", timeout_s=120, dtype=["fp32", "bf16"])
     out = tmp_path / "res"
+    # The driver takes SIGINT as Python does by default: a suite started in the background (`make test &`) hands
+    # its processes an ignored SIGINT, which Python then leaves ignored.
     driver = (
-        "import sys\n"
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "from rlparity import cli\n"
         "from rlparity.backends.local import LocalBackend\n"
         f"SCRIPT = {CELL_SCRIPT!r}\n"
