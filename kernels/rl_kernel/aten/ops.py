@@ -45,14 +45,13 @@ def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.T
         return out
     src = (source if alpha == 1 else source * alpha).to(out.dtype)
     if mode_segments.available(out, dim):
-        flag = None if checks is None else checks.flag(out.device, _OUTSIDE.format(rows=out.shape[0]))
-        if flag is None:
-            flag = torch.zeros(1, dtype=torch.int32, device=out.device)
-            mode_segments.index_add_(out, index, src, flag)
-            if flag.item():  # a host read, where no mode defers the check
-                raise ModeError(f"rl_kernel.mode: {_OUTSIDE.format(rows=out.shape[0])}")
-            return out
-        return mode_segments.index_add_(out, index, src, flag)
+        problem = _OUTSIDE.format(rows=out.shape[0])
+        fresh = checks is None
+        flag = torch.zeros(1, dtype=torch.int32, device=out.device) if fresh else checks.flag(out.device, problem)
+        mode_segments.index_add_(out, index, src, flag)
+        if fresh and flag.item():  # a host read, where no mode defers the check
+            raise ModeError(f"rl_kernel.mode: {problem}")
+        return out
     index = index.reshape(-1)
     order = torch.sort(index, stable=True)
     sorted_idx, pos = order.values, order.indices

@@ -327,8 +327,7 @@ def grouped_mm(
     # fast.mm's form of an expert's product; the M bucket by an expert's mean rows (no host read of offs): the tile
     # changes no bit, BLOCK_K is the form's for (n, k).
     cfg = _form_config(a, b[0], triton.cdiv(s, e), n, k)
-    bm, bn = cfg["block_m"], cfg["block_n"]
-    bk = cfg["block_k"]
+    bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     a = a if a.stride(1) == 1 else a.contiguous()
     grid = (triton.cdiv(s, bm) + e, triton.cdiv(n, bn))
     check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e + 1)}
