@@ -57,7 +57,7 @@ from rl_kernel.locator import (
     locate_paths,
     ulp_distance,
 )
-from rl_kernel.models import ARCHITECTURES, FAMILIES, sequences, tiny_model
+from rl_kernel.models import ARCHITECTURES, PATCHED, sequences, tiny_model
 from rl_kernel.tiers import TierError
 
 __all__ = [
@@ -110,7 +110,7 @@ EPILOG = "Exit 0: the paths agree bit for bit; 1: they differ; 3: bad arguments;
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m rl_kernel.locate", description=__doc__.split("\n\n")[0], epilog=EPILOG)
-    p.add_argument("--family", choices=ARCHITECTURES, default="qwen3", help=f"patch() takes {', '.join(FAMILIES)}")
+    p.add_argument("--family", choices=ARCHITECTURES, default="qwen3", help=f"patch() takes {', '.join(PATCHED)}")
     p.add_argument("--layers", type=_positive, default=2)
     p.add_argument("--hidden", type=_positive, default=64)
     p.add_argument("--heads", type=_positive, default=4)
@@ -151,8 +151,8 @@ def _checked(args: argparse.Namespace) -> None:
     if args.mode and args.tier not in (None, "stock"):
         raise ValueError(f"--mode {args.mode} runs the unpatched model: leave --tier out (got --tier {args.tier})")
     args.tier = args.tier or ("stock" if args.mode else "exact")
-    if args.tier != "stock" and args.family not in FAMILIES:
-        raise ValueError(f"--family {args.family}: patch() takes {', '.join(FAMILIES)}; try --mode {args.tier}")
+    if args.tier != "stock" and args.family not in PATCHED:
+        raise ValueError(f"--family {args.family}: patch() takes {', '.join(PATCHED)}; try --mode {args.tier}")
 
 
 def _audited(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, tier: str):

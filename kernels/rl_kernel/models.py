@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 # ---- the Hugging Face tiny models --------------------------------------------------------------------
-FAMILIES = ("llama", "qwen2", "qwen3")  # what patch() and the harness's model workload take
+FAMILIES = ("llama", "qwen2", "qwen3")  # what the harness's model workload takes, patched
+PATCHED = (*FAMILIES, "mistral")  # every tiny architecture patch() takes (the others: rl_kernel.mode)
 # Every architecture tiny_config builds: FAMILIES, and those only rl_kernel.mode reaches (docs/architecture.md).
 ARCHITECTURES = (*FAMILIES, "mistral", "phi3", "olmo2", "qwen3_moe", "gemma2", "gemma3", "olmoe", "gpt_oss")
 PAD = 0
@@ -131,15 +132,39 @@ def tiny_model(
 ) -> nn.Module:  # fmt: skip
     """A random-weight model as the harness's model workload builds it (tiny_weights: drawn on the CPU in float32,
     then cast and moved), in eval mode; patched in `tier` unless "stock"."""
+    return _ready(tiny_weights(family, vocab, seed, layers=layers, hidden=hidden, heads=heads), dtype, device, tier)
+
+
+def _ready(model: nn.Module, dtype: str, device: str, tier: str) -> nn.Module:
+    """The model cast to dtype, on device, in eval mode, patched in `tier` unless "stock"."""
     from rl_kernel.inputs import DTYPE_NAMES
 
-    model = tiny_weights(family, vocab, seed, layers=layers, hidden=hidden, heads=heads)
     model = model.to(DTYPE_NAMES[dtype]).to(device).eval()
     if tier != "stock":
         from rl_kernel.integrations.transformers import patch
 
         patch(model, tier=tier)
     return model
+
+
+SLIDING = ("qwen2", "qwen3")  # patch()'s families whose config has a window option (use_sliding_window)
+
+
+def tiny_sliding_model(
+    family: str, vocab: int, *, dtype: str = "fp32", seed: int = 0, device: str = "cpu", tier: str = "stock"
+) -> nn.Module:
+    """tiny_model's Qwen2 / Qwen3 (its weights) with use_sliding_window: windows of WINDOW keys on every layer but
+    the first (max_window_layers=1), full and windowed layers in one model as Qwen2's long-context configs have."""
+    import transformers
+
+    if family not in SLIDING:
+        raise ValueError(f"unknown sliding-window family {family!r} (known: {', '.join(SLIDING)})")
+    base = tiny_weights(family, vocab, seed)
+    windows = {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1, "layer_types": None}
+    config = type(base.config)(**(base.config.to_dict() | windows))
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(base.state_dict())
+    return _ready(model, dtype, device, tier)
 
 
 def sequences(batch: int, prompt: int, new: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,8 @@
 """transformers' continuous batching (`generate_batch`: paged KV cache, packed steps, chunked prefill) on a patched
 model, the exact tier on the CPU (issue 30): each request's greedy tokens and their log-probabilities are those of the
 teacher-forced forward of that request alone, and equal bit for bit alone, in a busy batch, in shuffled arrival and at
-two page sizes; a batch-variant attention in the same engine is caught (the negative control). The log-probability
+two page sizes, with windows that cut keys too (Mistral, a Qwen2 with use_sliding_window); a batch-variant attention
+in the same engine and a windowed layer run without its window are caught (the negative controls). The log-probability
 is the engine's own, log(softmax(the logit row)[token]) in fp32: a function of the whole row, compared as bits."""
 
 from __future__ import annotations
@@ -70,7 +71,45 @@ def test_each_request_is_its_forward_alone_whatever_the_batch(family: str, dtype
     assert run(model, batch, page_size=32, max_batch_tokens=80) == busy, "another page size and chunking"
 
 
-def batch_variant_attention(q, k, v, q_pos, k_start, scale=None, validate=False):
+WINDOWED = {  # windows of models.WINDOW keys, shorter than every request here but the shortest prompts
+    "mistral": lambda dtype: models.tiny_model("mistral", VOCAB, tier="exact", dtype=dtype),
+    "qwen2 sliding": lambda dtype: models.tiny_sliding_model("qwen2", VOCAB, tier="exact", dtype=dtype),
+}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", WINDOWED)
+def test_windowed_layers_are_their_forward_alone_whatever_the_batch(name: str, dtype: str) -> None:
+    """Mistral (every layer windowed) and a Qwen2 with use_sliding_window (a full layer, then a windowed one: the
+    engine's two caches, a sliding one that keeps window - 1 keys per request): each request == its forward alone,
+    alone == in the busy batch, at two page sizes and chunkings."""
+    model = WINDOWED[name](dtype)
+    batch = prompts(6, 0)
+    busy = run(model, batch)
+    for prompt, (tokens, bits) in zip(batch, busy, strict=True):
+        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{name} {dtype}: vs the forward"
+    assert [run(model, [p])[0] for p in batch[:3]] == busy[:3], "a request alone == in the busy batch"
+    assert run(model, batch, page_size=32, max_batch_tokens=80) == busy, "another page size and chunking"
+
+
+def test_a_window_left_out_of_the_step_is_caught(monkeypatch) -> None:
+    """The negative control: the engine's windowed layers through the tier's attention without their window (what
+    serving a sliding cache as a full one would do) must differ from the forward."""
+    model = WINDOWED["mistral"]("fp32")
+    layers = hf.layers_of(model)
+
+    def no_window(*args, window=0, **kwargs):
+        return layers.attention(*args, **kwargs)
+
+    monkeypatch.setattr(paged.patched, "layers_of", lambda _m: SimpleNamespace(attention=no_window))
+    batch = prompts(6, 0)
+    busy = run(model, batch)
+    assert any(teacher_forced(model, p, t) != (t, b) for p, (t, b) in zip(batch, busy, strict=True)), (
+        "without its window a request's rows must differ from its forward: the check could not fail"
+    )
+
+
+def batch_variant_attention(q, k, v, q_pos, k_start, scale=None, validate=False, window=0):
     """The negative control: the padded batch through SDPA's math in fp32, whose sums run over the batch's longest
     key row (the padded length changes with the other requests)."""
     keys = torch.arange(k.shape[2])
@@ -108,8 +147,6 @@ def test_the_engine_is_restored_and_bad_use_is_refused() -> None:
     layers = hf.layers_of(model)
     with pytest.raises(ValueError, match="block-table"):
         paged.paged_attention(layers, None, q, q[:, :2], q[:, :2], None, block_table=torch.zeros(1), **kw)
-    with pytest.raises(ValueError, match="sliding window"):
-        paged.paged_attention(layers, None, q, q[:, :2], q[:, :2], None, sliding_window=4, **kw)
     assert "generate_batch" in model.__dict__ and "generate_batch" not in hf.unpatch(model).__dict__
 
 

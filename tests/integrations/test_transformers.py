@@ -184,16 +184,14 @@ def _tiny(cls, **kw):
     ("build", "error", "match"),
     [
         (
-            lambda: transformers.MistralForCausalLM(_tiny(transformers.MistralConfig)),
+            lambda: transformers.Phi3ForCausalLM(_tiny(transformers.Phi3Config, pad_token_id=0)),
             TypeError,
-            "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM; got MistralForCausalLM",
+            "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM; got Phi3ForCausalLM",
         ),
         (
-            lambda: transformers.Qwen2ForCausalLM(
-                _tiny(transformers.Qwen2Config, use_sliding_window=True, sliding_window=8, max_window_layers=0)
-            ),
+            lambda: transformers.MistralForCausalLM(_tiny(transformers.MistralConfig, sliding_window=0)),
             ValueError,
-            "sliding-window",
+            "a sliding window must be a positive number of keys, got 0",
         ),
         (
             lambda: transformers.LlamaForCausalLM(

@@ -17,8 +17,12 @@ of that model by the tier's attention (any other model keeps transformers' SDPA)
   they were read from, the order requests arrived in or how their prefill was chunked; its position ids are the
   engine's (past length + t, the same as the forward's).
 
-Refused by name: the block-table (flash) decode path, sliding windows, a flash implementation the engine would
-switch to (the call sets `auto_switch_to_flash=False`), transformers older than the engine this was written for.
+- a windowed layer (Mistral; Qwen2 / Qwen3 with use_sliding_window) gets its window (the module's sliding_window) and
+  the engine's sliding cache: the request's latest keys (at most window - 1 cached), then its new ones. Each query
+  sees the last `window` keys up to its slot, the same keys as in the forward, its tiles counted from the first.
+
+Refused by name: the block-table (flash) decode path, a flash implementation the engine would switch to (the call
+sets `auto_switch_to_flash=False`), transformers older than the engine this was written for.
 """
 
 from __future__ import annotations
@@ -71,9 +75,6 @@ def paged_attention(
     if kwargs.get("block_table") is not None:
         raise ValueError("rl_kernel: continuous batching's block-table (flash) decode path is not served; run the "
                          f"engine under {ENGINE!r}")  # fmt: skip
-    if kwargs.get("sliding_window"):
-        raise ValueError(f"rl_kernel: a sliding window ({kwargs['sliding_window']}) in continuous batching is not "
-                         "served: the tier's attention sees every earlier key")  # fmt: skip
     patched.check_no_dropout(dropout)
     cu_q, cu_k = kwargs["cu_seq_lens_q"].long(), kwargs["cu_seq_lens_k"].long()
     longest_q, longest_k = int(kwargs["max_length_q"]), int(kwargs["max_length_k"])
@@ -84,7 +85,10 @@ def paged_attention(
     # query t of a request sees its keys 0 .. keys - queries + t; a padding row (t >= its queries) sees none (+0).
     q_pos = torch.where(valid, lens_k - lens_q + slots, -1)
     k_start = torch.zeros(q_pos.shape[0], dtype=torch.int64, device=query.device)
-    out = layers.attention(q_pad, k_pad, v_pad, q_pos, k_start, scaling, validate=False)  # [R, Hq, longest_q, D]
+    # A windowed layer's keys are its sliding cache's (the request's latest keys, then its new ones): the window
+    # counted back from each query's slot cuts the same keys as in the forward, and the row's tiles start there.
+    window = patched.window_of(kwargs)
+    out = layers.attention(q_pad, k_pad, v_pad, q_pos, k_start, scaling, validate=False, window=window)
     return _packed(out, cu_q, query.shape[2]).unsqueeze(0), None
 
 

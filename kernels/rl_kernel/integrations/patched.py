@@ -34,7 +34,7 @@ def tier_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature over a tier's attention (`layers`, bound by patch). The query
     rows' slots and each sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's
-    forward."""
+    forward; a windowed layer's module passes its window (sliding_window)."""
     q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
     if q_pos is None or k_start is None:
         raise RuntimeError(
@@ -42,10 +42,30 @@ def tier_attention(
             "call the model patched by rl_kernel.integrations.transformers.patch (not a sub-module alone)"
         )
     check_no_dropout(dropout)
+    window = window_of(kwargs)
+    if window:
+        q_pos, k_start = kept_keys(q_pos, k_start, key.shape[2])
     out = layers.attention(
-        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False
+        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False, window=window
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def window_of(kwargs: dict[str, Any]) -> int:
+    """The layer's sliding window in keys (transformers' attention modules pass sliding_window; None or absent on a
+    full-attention layer): 0 for none."""
+    window = kwargs.get("sliding_window")
+    return int(window) if window else 0
+
+
+def kept_keys(q_pos: torch.Tensor, k_start: torch.Tensor, keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """q_pos [B, T] and k_start [B], slots of the whole sequence so far (the mask's), as slots of the `keys` a
+    windowed layer's cache hands attention: transformers' sliding-window layers (dynamic and static) keep only the
+    latest keys and hand over a suffix of the sequence, at least the window of every query row; a cache that keeps
+    every key (or more slots than tokens) drops none. Counted from the row's first key, a row's tiles and so its
+    bits are the same either way (docs/numerics.md, attention). Tensor arithmetic only: no host sync."""
+    dropped = (q_pos[:, -1:] + 1 - keys).clamp(min=0)  # the tokens so far (the last row's slot + 1) past those kept
+    return q_pos - dropped, (k_start - dropped[:, 0]).clamp(min=0)
 
 
 def is_patched(model: nn.Module) -> bool:

@@ -1,7 +1,7 @@
 """Hugging Face transformers models in an rl_kernel tier: `generate()` and the training forward agree bit for bit.
 
     from rl_kernel.integrations.transformers import patch, GumbelSampler
-    model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2, Qwen3
+    model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2, Qwen3, Mistral
     out = model.generate(ids, attention_mask=mask, output_logits=True, return_dict_in_generate=True,
                          do_sample=False, logits_processor=LogitsProcessorList([GumbelSampler(seed=0)]))
     logits = model(input_ids=out.sequences, attention_mask=full_mask).logits   # the same bits
@@ -18,7 +18,10 @@ matrix-core kernels, the same bits within one architecture, and the rest from th
 - the RMSNorms (Qwen3's q_norm/k_norm included): rl_kernel.rms_norm;
 - the rotary embedding's cos/sin: rl_kernel.rope_table over rope_inv_freq (default or llama3 scaling);
 - the MLP's SiLU x up: rl_kernel.silu_mul;
-- attention, through transformers' attention function registry (ALL_ATTENTION_FUNCTIONS): rl_kernel.attention.
+- attention, through transformers' attention function registry (ALL_ATTENTION_FUNCTIONS): rl_kernel.attention,
+  with the layer's sliding window where it has one (Mistral; Qwen2 / Qwen3 with use_sliding_window): each row sees
+  its last `window` keys, over a cache that keeps every key or, as transformers' sliding-window cache layers do,
+  only the latest ones (integrations.patched.kept_keys).
 
 What stays Hugging Face's is elementwise IEEE arithmetic (the embedding gather, residual adds, the rotary
 multiply-adds, dtype casts): each op is one correctly rounded result on every device. Position ids and the
@@ -51,7 +54,7 @@ from rl_kernel.integrations.generation import key_mask, positions
 from rl_kernel.integrations.patched import _STATE, is_patched, layers_of, tier_attention, tier_of
 
 ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
 ROPE_TYPES = ("default", "llama3")
 TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
 
@@ -234,10 +237,7 @@ def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     c = model.config
     if getattr(c, "hidden_act", "silu") != "silu":
         raise ValueError(f"rl_kernel: hidden_act {c.hidden_act!r} is not supported (supported: 'silu')")
-    if getattr(c, "use_sliding_window", False) or any(
-        kind != "full_attention" for kind in (getattr(c, "layer_types", None) or [])
-    ):
-        raise ValueError("rl_kernel: sliding-window attention is not supported (supported: full causal attention)")
+    _check_windows(c)
     if getattr(c, "attention_dropout", 0.0):
         raise ValueError(f"rl_kernel: attention_dropout must be 0, got {c.attention_dropout}")
     rope = _rope_parameters(c)
@@ -252,6 +252,20 @@ def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     if len(dtypes) != 1 or not dtypes <= allowed:
         names = "/".join(str(d).removeprefix("torch.") for d in sorted(allowed, key=str))
         raise ValueError(f"rl_kernel: the {tier.name} tier needs parameters that share one of {names}, got {dtypes}")
+
+
+def _check_windows(config: Any) -> None:
+    """Full causal attention, or sliding windows of a positive number of keys on the layers layer_types names
+    (the window itself is what each attention module passes its attention function: sliding_window)."""
+    kinds = set(getattr(config, "layer_types", None) or [])
+    if kinds - {"full_attention", "sliding_attention"}:
+        raise ValueError(
+            f"rl_kernel: layer types {sorted(kinds)} are not supported (supported: full_attention, sliding_attention)"
+        )
+    window = getattr(config, "sliding_window", None)
+    slides = "sliding_attention" in kinds or (not kinds and window is not None)
+    if slides and not (isinstance(window, int) and window > 0):
+        raise ValueError(f"rl_kernel: a sliding window must be a positive number of keys, got {window!r}")
 
 
 def _rope_parameters(config: Any) -> dict:
@@ -270,7 +284,7 @@ def _head_dim(config: Any) -> int:
 
 # ---- patch / unpatch -------------------------------------------------------------------------------
 def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
-    """Put a loaded Llama / Qwen2 / Qwen3 causal LM (transformers 5) in an rl_kernel tier (rl_kernel.tiers:
+    """Put a loaded Llama / Qwen2 / Qwen3 / Mistral causal LM (transformers 5) in an rl_kernel tier (rl_kernel.tiers:
     "exact" by default, "fast"), in place; returns it. unpatch(model) restores it. Raises TypeError /
     ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
     try:
