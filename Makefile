@@ -53,7 +53,7 @@ run: build
 # (or softmax) checks one operator family.
 FAMILY ?=
 selfcheck: build
-	$(PY) -m rl_kernel.selfcheck $(if $(FAMILY),--family $(FAMILY))
+	$(PY) -m rl_kernel.contract.selfcheck $(if $(FAMILY),--family $(FAMILY))
 
 # Checks every committed golden digest (the kernels' per family, the harness workloads') against this
 # build. The only writer is `rlparity golden --update`, run by hand after an intended contract change.

@@ -10,7 +10,7 @@
 #   compile    kernels_check.py --only cuda|hip: the sources compiled and scanned for every target of the toolchain
 #   scan       kernels_check.py --built: the shipped build's device code scanned
 #   parity     python -m bench gpu_parity: CPU == GPU bits, GPU run to run and batch invariance
-#   golden     rl_kernel.golden --device cuda: the exact tier's digests on the GPU (torch.cuda is ROCm's too)
+#   golden     rl_kernel.contract.golden --device cuda: the exact tier's digests on the GPU (torch.cuda is ROCm's too)
 #   pytest     tests/kernels on the GPU; dtests: its decoder and golden tests; gputests: every gpu-marked test;
 #              sel: the tests PYTEST_SEL names (paths and -k/-m flags, split on spaces)
 #   quick      the quick matrix on cpu + this host's targets (edges cells included), strict
@@ -146,7 +146,7 @@ for s in $steps; do
     compile) step compile python3 kernels/check/kernels_check.py --only "$toolchain" --json "$out/kernels_check.json" ;;
     scan) step scan python3 kernels/check/kernels_check.py --built "$so" ;;
     parity) step selfcheck python3 -m bench gpu_parity --json "$out/selfcheck.json" ;;
-    golden) step golden python3 -m rl_kernel.golden --device cuda ;;
+    golden) step golden python3 -m rl_kernel.contract.golden --device cuda ;;
     pytest) step pytest-kernels python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels ;;
     dtests) step decoder-tests python3 -m pytest -q -p no:cacheprovider -n 8 tests/kernels -k "decoder or golden" ;;
     gputests) step gpu-tests python3 -m pytest -q -p no:cacheprovider -m gpu tests ;;
@@ -167,8 +167,8 @@ for s in $steps; do
           "tests/kernels/test_decoder.py::test_rms_norm_wide_rows_do_not_depend_on_the_batch" \
           tests/kernels/test_optim_embedding.py tests/integrations ;;
     model) rlrun model 0 --matrix quick --filter "shapes=model" --targets "cpu,$target" --strict --jobs 4 ;;
-    fast) step selfcheck-fast python3 -m rl_kernel.selfcheck --tier fast --require-gpu --json "$out/selfcheck_fast.json"
-          step golden-fast python3 -m rl_kernel.golden --tier fast --device cuda --update
+    fast) step selfcheck-fast python3 -m rl_kernel.contract.selfcheck --tier fast --require-gpu --json "$out/selfcheck_fast.json"
+          step golden-fast python3 -m rl_kernel.contract.golden --tier fast --device cuda --update
           mkdir -p "$out/golden-fast" && cp kernels/rl_kernel/fast/*/golden/"$device_target".json "$out/golden-fast/" ;;
     cells) # shellcheck disable=SC2086 # CELLS_ARGS: flags, split on purpose
            step cells python3 -m rlparity.cli run --matrix quick --targets "$target" --strict --jobs 4 --out "$out/cells" \

@@ -4,7 +4,7 @@ What each check proves:
   rlparity run        device parity of the harness's matrix: every cell's outputs bitwise equal
                       (rollout vs training, batch invariance, run to run, the golden digests)
   rlparity selftest   negative controls: every deliberately wrong kernel is caught (the harness can fail)
-  make selfcheck      rl_kernel's own device parity: CPU vs GPU bits (python -m rl_kernel.selfcheck)
+  make selfcheck      rl_kernel's own device parity: CPU vs GPU bits (python -m rl_kernel.contract.selfcheck)
   make kernels-check  an assembly scan of the built kernels: no contracted FMA where the contract forbids it
 
 Exit codes (README): 0 every required cell passed; 1 a bitwise mismatch; 2 a cell errored (or, with

@@ -80,7 +80,7 @@ ACROSS = {"profile": ACROSS_PROFILES, "placement": ACROSS_PLACEMENTS}
 
 # The one place the mutated library is built: the kernel engineer's builder prints its path on stdout
 # (its last line). The mutation names come from rl_kernel.build_flags.mutation_names().
-MUTATION_BUILDER = ("-m", "rl_kernel.mutations", "build")
+MUTATION_BUILDER = ("-m", "rl_kernel.contract.mutations", "build")
 MUTATION_NAMES = ("-c", "import json, rl_kernel.build_flags as b; print(json.dumps(list(b.mutation_names())))")
 # Mutations no output can show, each with the guard that stands in (rl_kernel.build_flags.EQUIVALENT_MUTATIONS):
 # one that passes the gate is reported as equivalent, not missed; a test keeps this equal to the kernel's.

@@ -106,7 +106,7 @@ def prebuilt_differs(library: Path, record: dict) -> str | None:
     return f"its build record differs in {', '.join(keys)}" if keys else None
 
 
-# Contract mutations (rl_kernel.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of
+# Contract mutations (rl_kernel.contract.mutations): one extra build, compiled with MUTATION_FLAGS, carries all of
 # them behind RL_MUTATED(...) points of exact/common (numerics.h, reduce.h, warptile.cuh) and the families;
 # the one to apply is read from RL_KERNEL_MUTATION when the library loads (unset: none). The normal build has
 # no code for any of them. The order and spelling must match numerics.h's mutation_from_env().
@@ -126,5 +126,5 @@ MUTATION_FLAGS = ["-DRL_MUTATIONS"]
 
 
 def mutation_names() -> tuple[str, ...]:
-    """The contract mutations a mutated build (rl_kernel.mutations.build) can apply, by RL_KERNEL_MUTATION."""
+    """The contract mutations a mutated build (rl_kernel.contract.mutations.build) can apply, by RL_KERNEL_MUTATION."""
     return tuple(MUTATIONS)

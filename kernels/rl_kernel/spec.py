@@ -1,7 +1,7 @@
 """OpSpec: what tests, selfcheck and the golden digests need to know about one operator.
 
-Each family's check module (rl_kernel/<tier>/<family>/checks.py) exports SPECS; rl_kernel.families.all_specs() collects
-them, and every consumer loops over that instead of keeping its own list of operators.
+Each family's check module (rl_kernel/<tier>/<family>/checks.py) exports SPECS; rl_kernel.contract.families.all_specs()
+collects them, and every consumer loops over that instead of keeping its own list of operators.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`rlparity selftest --mutations`: mutation testing of the gate, through a stand-in for the kernel engineer's
-builder (`python -m rl_kernel.mutations build` prints the mutated library's path). A mutation the gate lets
+builder (`python -m rl_kernel.contract.mutations build` prints the mutated library's path). A mutation the gate lets
 through fails selftest; a caught one names the comparisons that caught it."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_a_builder_that_fails_is_bad_configuration(tmp_path):
 
 def test_the_builder_is_rl_kernels_and_gpu_cells_ask_for_the_gpu_build(monkeypatch):
     """The one command (selftest.MUTATION_BUILDER) is rl_kernel's builder; a GPU target adds --gpu."""
-    assert selftest.MUTATION_BUILDER == ("-m", "rl_kernel.mutations", "build")
+    assert selftest.MUTATION_BUILDER == ("-m", "rl_kernel.contract.mutations", "build")
     seen = []
 
     def fake_run(argv, **kw):
@@ -90,7 +90,7 @@ def test_the_builder_is_rl_kernels_and_gpu_cells_ask_for_the_gpu_build(monkeypat
     for gpu in (False, True):
         with pytest.raises(SystemExit):
             selftest.build_mutated_library(gpu=gpu)
-    assert seen[0][1:] == ["-m", "rl_kernel.mutations", "build"] and seen[1][-1] == "--gpu"
+    assert seen[0][1:] == ["-m", "rl_kernel.contract.mutations", "build"] and seen[1][-1] == "--gpu"
 
 
 def test_the_equivalent_mutations_are_the_kernels():

@@ -94,7 +94,8 @@ FILES = {
 # patch(), the fused head and the golden digests' agreement with the exact tier's, in one process.
 PROBE = """
 import json, torch, rl_kernel
-from rl_kernel import golden, head, tiers
+from rl_kernel import head, tiers
+from rl_kernel.contract import golden
 from rl_kernel.bitwise import bits_equal
 from rl_kernel.locate import locate
 from rl_kernel.models import sequences, tiny_model
@@ -184,17 +185,17 @@ def said(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_its_golden_digests_are_written_and_checked_and_its_control_is_caught(site: Path) -> None:
-    wrote = run(site, "-m", "rl_kernel.golden", "--tier", "third", "--update")
+    wrote = run(site, "-m", "rl_kernel.contract.golden", "--tier", "third", "--update")
     assert wrote.returncode == 0 and (site / "third_tier/softmax/golden.json").is_file(), said(wrote)
-    assert run(site, "-m", "rl_kernel.golden", "--tier", "third").returncode == 0
-    caught = run(site, "-m", "rl_kernel.golden", "--tier", "third", control="reversed")
+    assert run(site, "-m", "rl_kernel.contract.golden", "--tier", "third").returncode == 0
+    caught = run(site, "-m", "rl_kernel.contract.golden", "--tier", "third", control="reversed")
     assert caught.returncode == 1 and "changed: " in caught.stdout, said(caught)
-    wrong = run(site, "-m", "rl_kernel.golden", "--tier", "third", control="split-k")
+    wrong = run(site, "-m", "rl_kernel.contract.golden", "--tier", "third", control="split-k")
     assert wrong.returncode != 0 and "not a control of the third tier" in wrong.stderr, said(wrong)
 
 
 def test_patch_the_fused_head_and_selfcheck_take_it(site: Path) -> None:
-    run(site, "-m", "rl_kernel.golden", "--tier", "third", "--update")
+    run(site, "-m", "rl_kernel.contract.golden", "--tier", "third", "--update")
     probe = run(site, "-c", PROBE)
     assert probe.returncode == 0, said(probe)
     found = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -202,7 +203,7 @@ def test_patch_the_fused_head_and_selfcheck_take_it(site: Path) -> None:
     assert {"token_logprobs", "linear", "attention"} <= set(found["operators"])  # its own and its fallback's
     checks = {k: v for k, v in found.items() if isinstance(v, bool)}
     assert checks and all(checks.values()), checks
-    selfcheck = run(site, "-m", "rl_kernel.selfcheck", "--tier", "third", "--vocabs", "257")
+    selfcheck = run(site, "-m", "rl_kernel.contract.selfcheck", "--tier", "third", "--vocabs", "257")
     assert selfcheck.returncode == 0, said(selfcheck)
 
 

@@ -1,8 +1,8 @@
-"""Golden digests of the `exact` tier (rl_kernel.golden): the build's output bits equal the committed
+"""Golden digests of the `exact` tier (rl_kernel.contract.golden): the build's output bits equal the committed
 kernels/rl_kernel/exact/<family>/golden.json.
 
 These tests only check; nothing here writes a golden file. After an intended change of the numerical
-contract, regenerate with `python -m rl_kernel.golden --update` and say so in the commit.
+contract, regenerate with `python -m rl_kernel.contract.golden --update` and say so in the commit.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rl_kernel import golden, inputs, tiers
-from rl_kernel.families import all_specs
+from rl_kernel import inputs, tiers
+from rl_kernel.contract import golden
+from rl_kernel.contract.families import all_specs
 
 FAMILIES = golden.families()
 
@@ -24,7 +25,7 @@ def _assert_no_drift(family: str, device: str) -> None:
     assert not problems, (
         f"{len(problems)} golden digests of {family} drifted on {device}:\n  "
         + "\n  ".join(problems)
-        + "\nIf the numerical contract changed on purpose, regenerate: python -m rl_kernel.golden --update"
+        + "\nIf the numerical contract changed on purpose, regenerate: python -m rl_kernel.contract.golden --update"
     )
 
 

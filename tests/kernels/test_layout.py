@@ -13,7 +13,7 @@ import torch
 
 import rl_kernel
 from rl_kernel import build_flags, tiers
-from rl_kernel.families import all_specs, families
+from rl_kernel.contract.families import all_specs, families
 
 ROOT = Path(__file__).resolve().parents[2]
 EXACT = ROOT / "kernels" / "rl_kernel" / "exact"

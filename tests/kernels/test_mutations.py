@@ -1,6 +1,6 @@
-"""Contract mutations (rl_kernel.mutations): one extra build carries deliberate violations of the contract
+"""Contract mutations (rl_kernel.contract.mutations): one extra build carries deliberate violations of the contract
 behind compile-time points, one switched on per process by RL_KERNEL_MUTATION. The committed golden digests
-must see every mutation that can change an output (`python -m rl_kernel.golden` exits 1), and the mutated
+must see every mutation that can change an output (`python -m rl_kernel.contract.golden` exits 1), and the mutated
 library with no mutation selected must give the golden digests (exit 0).
 
 max_no_nan cannot change any output: a NaN in a row makes its sum of exps NaN whatever the max does, so the
@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from rl_kernel import build_flags, mutations
+from rl_kernel import build_flags
+from rl_kernel.contract import mutations
 
 SEEN = [m for m in build_flags.mutation_names() if m not in build_flags.EQUIVALENT_MUTATIONS]
 # Building the mutated library takes minutes: skip unless asked for, or in CI.
@@ -53,7 +54,7 @@ def library():
 
 def golden(library, mutation: str | None, device: str = "cpu") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "rl_kernel.golden", "--device", device],
+        [sys.executable, "-m", "rl_kernel.contract.golden", "--device", device],
         env=mutations.env(library, mutation),
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""`make selfcheck` (rl_kernel.selfcheck): passes on this build, and a planted mismatch fails it.
+"""`make selfcheck` (rl_kernel.contract.selfcheck): passes on this build, and a planted mismatch fails it.
 
 Its counts are split by kind (CPU vs GPU, run to run, batch/order), and on a machine without a GPU it says
 that nothing was compared across devices: a CPU-only pass must not read as device parity.
@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from rl_kernel import selfcheck
+from rl_kernel.contract import selfcheck
 from rl_kernel.exact.softmax import checks as softmax
 
 
@@ -103,7 +103,8 @@ def test_require_gpu_without_gpu_is_an_error() -> None:
 def test_a_tier_without_a_cpu_reference_checks_nothing_on_a_cpu_and_says_so(capsys, monkeypatch) -> None:
     """The fast tier has no CPU kernels: selfcheck compares nothing here and says why (exit 0); with
     --require-gpu it is exit 2. Its checks package is the tier's own (linear, attention with float64 references)."""
-    from rl_kernel import families, tiers
+    from rl_kernel import tiers
+    from rl_kernel.contract import families
 
     fast = tiers.get("fast")
     assert not fast.cpu_reference and {s.name for s in families.all_specs(fast)} >= {"linear", "attention"}

@@ -301,8 +301,9 @@ def fma_spec(gpu: bool = False, hip: bool | None = None) -> dict:
 
 def build_fma_variant(cache: Path | None = None, gpu: bool = False) -> Path:
     """Compile rl_kernel with implicit FMA contraction (fma_spec); returns the shared library. gpu=False: the CPU
-    operators only; gpu=True: also the CUDA/HIP kernels. Built and cached by rl_kernel.mutations.build_variant."""
-    from rl_kernel import mutations
+    operators only; gpu=True: also the CUDA/HIP kernels. Built and cached by
+    rl_kernel.contract.mutations.build_variant."""
+    from rl_kernel.contract import mutations
 
     root = cache or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlparity"
     return mutations.build_variant(f"fma-{'gpu' if gpu else 'cpu'}", "rl_kernel_fma", fma_spec(gpu), root)

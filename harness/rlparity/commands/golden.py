@@ -3,7 +3,7 @@ the shape sets axes.toml marks `golden = true`, each with its workload and param
 a per-target tier's (fast) from what its cells recorded on their target.
 
 The one update command for both sets: the kernels' per-family digests (kernels/rl_kernel/exact/<family>/golden.json,
-written by `python -m rl_kernel.golden`, run here as a subprocess) and the harness workloads' digests
+written by `python -m rl_kernel.contract.golden`, run here as a subprocess) and the harness workloads' digests
 (harness/rlparity/data/golden/, owned by rlparity.golden, computed on the cell side by
 `python -m rlparity.cell.golden`).
 No test writes either: checking tests only read them."""
@@ -67,7 +67,7 @@ def _write_or_check(tier: str, entries: dict[str, str], update: bool) -> int:
 
 def _kernel_digests(update: bool) -> int:
     """rl_kernel's per-family digests, checked or rewritten in a subprocess (the host never imports rl_kernel)."""
-    proc = subprocess.run([sys.executable, "-m", "rl_kernel.golden", *(["--update"] if update else [])],
+    proc = subprocess.run([sys.executable, "-m", "rl_kernel.contract.golden", *(["--update"] if update else [])],
                           capture_output=True, text=True)  # fmt: skip
     console.print(proc.stdout.rstrip() or proc.stderr.rstrip()[-2000:])
     return 0 if proc.returncode == 0 else 1

@@ -18,7 +18,7 @@ namespace {
 #else
 #define RL_SYMBOL(x) x
 #endif
-// The mutation build (rl_kernel.mutations) only: the selector, read once on the host,
+// The mutation build (rl_kernel.contract.mutations) only: the selector, read once on the host,
 // copied to each device before its first launch.
 void sync_mutation() {
   static std::atomic<bool> done[64];  // static storage: all false

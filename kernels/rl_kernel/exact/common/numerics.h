@@ -45,7 +45,7 @@
 namespace rl {
 
 // ---- contract mutations (tests only) ------------------------------------------
-// A build with -DRL_MUTATIONS (rl_kernel.mutations) carries deliberate contract
+// A build with -DRL_MUTATIONS (rl_kernel.contract.mutations) carries deliberate contract
 // violations, each behind RL_MUTATED(id); the one to apply is chosen once per
 // process from RL_KERNEL_MUTATION (unset: none, so that build gives the golden
 // bits). Without RL_MUTATIONS, RL_MUTATED(id) is the constant false: the normal

@@ -1,4 +1,4 @@
-"""The decoder family's checks: batch and order invariance (rl_kernel.selfcheck), the golden and self-check
+"""The decoder family's checks: batch and order invariance (rl_kernel.contract.selfcheck), the golden and self-check
 cases and SPECS (rl_kernel.exact.decoder.ops's operators as the tests, selfcheck and golden digests see them)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from rl_kernel.spec import Case, OpSpec
 FAMILY = "decoder"
 
 
-# ---- the family's batch and order checks (rl_kernel.selfcheck) --------------------------------
+# ---- the family's batch and order checks (rl_kernel.contract.selfcheck) --------------------------------
 def invariance_checks(size: int, dtype: torch.dtype, device: torch.device) -> dict[str, Diff]:
     """On device: linear's row alone == in a batch of 1031; attention's decode rows == its prefill; the
     small decoder's rollout (prefill, then a token at a time) == its teacher-forced forward."""

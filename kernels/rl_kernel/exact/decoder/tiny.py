@@ -12,7 +12,7 @@ every device:
     step, cache = model(ids[:, 4:5], mask[:, :5], cache)    # ... then one token at a time
 
 The layer functions are attributes (linear, attention), so a check can swap in a wrong one (a split-K
-linear, a split-KV decode attention) and see the check fail: rl_kernel.selfcheck and
+linear, a split-KV decode attention) and see the check fail: rl_kernel.contract.selfcheck and
 tests/kernels/test_decoder.py do.
 """
 

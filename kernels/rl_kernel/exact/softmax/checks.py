@@ -32,7 +32,7 @@ def golden_case(vocab: int, dtype: torch.dtype) -> Case:
 
 def check_case(vocab: int, dtype: torch.dtype, seed: int) -> Case:
     """Random rows plus the edge rows, every fifth token ignored, random upstream gradients
-    (rl_kernel.selfcheck)."""
+    (rl_kernel.contract.selfcheck)."""
     n = 64 if vocab <= 32000 else 16
     x = inputs.logits(n, vocab, dtype, seed)
     if vocab >= 8:

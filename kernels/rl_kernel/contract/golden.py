@@ -7,9 +7,9 @@ reference, and every GPU build must give them (rl_kernel/exact/<family>/golden.j
 (fast) records them on each target (rl_kernel/fast/<family>/golden/<target>.json), and a target without a file
 has nothing to check yet.
 
-    python -m rl_kernel.golden [--tier exact] [--device cpu|cuda]   # check: drifted keys, exit 1 if any
-    python -m rl_kernel.golden --update                # rewrite from the CPU build (the only writer)
-    python -m rl_kernel.golden --tier fast --device cuda --update   # record this target's digests
+    python -m rl_kernel.contract.golden [--tier exact] [--device cpu|cuda]   # check: drifted keys, exit 1 if any
+    python -m rl_kernel.contract.golden --update                # rewrite from the CPU build (the only writer)
+    python -m rl_kernel.contract.golden --tier fast --device cuda --update   # record this target's digests
 
 Update only after an intended change of the numerical contract, and say so in the commit. load(),
 update() and diff() take any family name and table, so other digest owners can reuse them.
@@ -26,7 +26,7 @@ import torch
 
 from rl_kernel import inputs, tiers
 from rl_kernel.bitwise import digest
-from rl_kernel.families import OpSpec, all_specs
+from rl_kernel.contract.families import OpSpec, all_specs
 from rl_kernel.spec import Case
 from rl_kernel.tiers import Tier
 
@@ -40,7 +40,7 @@ def path_for(family: str, root: Path | None = None, tier: Tier | None = None, ta
 def load(family: str, root: Path | None = None, tier: Tier | None = None, target: str | None = None) -> dict[str, str]:
     path = path_for(family, root, tier, target)
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing; create it with: python -m rl_kernel.golden --update")
+        raise FileNotFoundError(f"{path} is missing; create it with: python -m rl_kernel.contract.golden --update")
     return json.loads(path.read_text())
 
 

@@ -1,6 +1,6 @@
 """Bitwise self-check of the rl_kernel build on the devices this machine has.
 
-    python -m rl_kernel.selfcheck [--tier exact|fast] [--family softmax|decoder] [--vocabs 7,257,...]
+    python -m rl_kernel.contract.selfcheck [--tier exact|fast] [--family softmax|decoder] [--vocabs 7,257,...]
                                   [--require-gpu] [--json PATH]
 
 For every vocabulary size and dtype of the tier (rl_kernel.tiers): run-to-run equality, batch invariance
@@ -28,7 +28,7 @@ import torch
 
 import rl_kernel
 from rl_kernel import bitwise, inputs, tiers
-from rl_kernel.families import Case, OpSpec, all_specs, families
+from rl_kernel.contract.families import Case, OpSpec, all_specs, families
 from rl_kernel.tiers import Tier
 
 #: The kinds of comparison, in the order they are reported.

@@ -2,8 +2,8 @@
 build_flags.mutation_names() behind compile-time points (`-DRL_MUTATIONS`), one of which is switched on
 per process by RL_KERNEL_MUTATION (unset: none, and the library gives the golden bits).
 
-    python -m rl_kernel.mutations build [--gpu] [--cache DIR]   # prints the library's path
-    RL_KERNEL_LIBRARY=PATH RL_KERNEL_MUTATION=tree_order python -m rl_kernel.golden   # exit 1: drift seen
+    python -m rl_kernel.contract.mutations build [--gpu] [--cache DIR]   # prints the library's path
+    RL_KERNEL_LIBRARY=PATH RL_KERNEL_MUTATION=tree_order python -m rl_kernel.contract.golden   # exit 1: drift seen
 
 The golden digests must see every mutation but max_no_nan (docs/architecture.md, "Mutations"), which
 tests/kernels/test_mutations.py proves. `rlparity selftest --mutations` uses build() below.
