@@ -1,8 +1,9 @@
 """patch() on models with sliding windows that cut keys (issue 54): Mistral (every layer windowed) and Qwen2 / Qwen3
 with use_sliding_window (a full layer, then a windowed one), windows of models.WINDOW keys under prompts of up to
-MAX_PROMPT tokens and NEW more. generate() with transformers' dynamic cache (its sliding layers keep window - 1 keys)
-and its static cache == the teacher-forced forward seen four ways, bit for bit; the control: a windowed layer that
-reads a kept-keys cache as if it held every key is caught. Continuous batching with windows: test_paged.py."""
+MAX_PROMPT tokens and NEW more. generate() with transformers' dynamic cache (its sliding layers keep window - 1 keys),
+its static cache and its compiled decode step == the teacher-forced forward seen four ways, bit for bit; the control:
+a windowed layer that reads a kept-keys cache as if it held every key is caught. Continuous batching with windows:
+test_paged.py."""
 
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ def test_windowed_generate_equals_every_forward(name: str, dtype: str, rollout: 
     assert not mismatches(model, rollout, device)
 
 
+def test_windowed_compiled_generate_equals_every_forward() -> None:
+    """transformers' compiled decode step over the static cache's sliding layers (rollout "compiled")."""
+    assert not mismatches(BUILDS["mistral"]("fp32", "cpu", "exact"), "compiled", "cpu")
+
+
 def test_a_kept_keys_cache_read_as_a_full_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: slots of the whole sequence used on the sliding cache's suffix of keys."""
     monkeypatch.setattr(patched, "kept_keys", lambda q_pos, k_start, keys: (q_pos, k_start))
@@ -78,7 +84,7 @@ def test_kept_keys_counts_slots_from_the_first_key_kept() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("rollout", ["eager", "static"])
+@pytest.mark.parametrize("rollout", ["eager", "static", "compiled"])
 @pytest.mark.parametrize("name", BUILDS)
 def test_the_fast_tier_windowed_generate_equals_every_forward(name: str, rollout: str) -> None:
     model = BUILDS[name]("bf16", "cuda", "fast")
