@@ -3,7 +3,7 @@ tier's scan ("compiled") compiles its device code and scans the assembly for con
 NaN-dropping max/min; another tier's scan is its own function (`module:function`, e.g. the fast tier's
 compile of every Triton kernel for each target and the scan of its matrix instructions).
 
-    python kernels/check/kernels_check.py [--tier exact|fast ...] [--only hip|cuda] [--json PATH]
+    python kernels/check/kernels_check.py [--tier exact|fast ...] [--only hip|cuda] [--target T ...] [--json PATH]
     python kernels/check/kernels_check.py --built PATH   # the device code a built library ships (exact)
 
 --built scans what ships instead of a separate compile: the AMD code objects of a
@@ -11,7 +11,8 @@ HIP library (its .hip_fatbin section, every gfx target found) or the SASS of a C
 library (cuobjdump -sass), with the same rules, kernel by kernel.
 
 HIP: clang++-19 -x hip for gfx908, gfx90a, gfx942, gfx1100 (wave32 and wave64),
-gfx1201. CUDA: nvcc -ptx for sm_90 (and SASS through cuobjdump where it exists).
+gfx1201. CUDA: nvcc -ptx for sm_90 and sm_80 (and SASS through cuobjdump where it exists). --target keeps the
+named targets of the compiled scan (the exact tier's).
 RL_KERNEL_EXTRA_FLAGS is appended to every compile, so
 `RL_KERNEL_EXTRA_FLAGS=-ffp-contract=fast make kernels-check` must fail.
 Exit status: 0 clean, 1 a violation or a failed compile, 2 a compiler is missing.
@@ -75,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--built", type=Path, help="scan this built library's device code instead of compiling")
     ap.add_argument("--tier", action="append", help="only this tier's scan (repeatable; default every tier's)")
+    ap.add_argument("--target", action="append", help="compile only for this target (repeatable: sm_90, gfx942, ...; "
+                    "default every target of the toolchains)")  # fmt: skip
     args = ap.parse_args(argv)
+    known = [t for t, _ in (*HIP_TARGETS, *CUDA_TARGETS)]
+    unknown = sorted(set(args.target or ()) - set(known))
+    if unknown:
+        ap.error(f"unknown target {', '.join(unknown)} (known: {', '.join(known)})")
+    chosen = set(args.target or known)
     extra = build_flags.extra_flags()
     results: list[TargetResult] = []
     missing: list[str] = []
@@ -97,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
             if clang is None:
                 missing.append("clang++-19 (apt-get install clang-19 llvm-19 lld-19 libamdhip64-dev)")
             else:
-                results += [check_hip(clang, t, f, extra, tmp, source) for t, f in HIP_TARGETS]
+                results += [check_hip(clang, t, f, extra, tmp, source) for t, f in HIP_TARGETS if t in chosen]
         if args.only in (None, "cuda"):
             if shutil.which("nvcc") is None:
                 # nvcc is optional unless asked for: the CUDA check runs where nvcc exists.
                 (missing if args.only == "cuda" else optional).append("nvcc")
             else:
                 for t, f in CUDA_TARGETS:
-                    results += check_cuda(t, f, extra, tmp, source)
+                    if t in chosen:
+                        results += check_cuda(t, f, extra, tmp, source)
     what = f"built library {args.built}" if args.built is not None else f"extra flags {extra or 'none'}"
     print(f"kernels-check: {what}")
     for r in results:

@@ -88,9 +88,14 @@ def test_contracted_build_is_caught(tmp_path: Path) -> None:
 @pytest.mark.slow(minutes=True)
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_cuda_ptx_clean_and_negative_control() -> None:
-    assert run_check("--tier", "exact", "--only", "cuda").returncode == 0
-    bad = run_check("--tier", "exact", "--only", "cuda", extra="-ffp-contract=fast")
-    assert bad.returncode == 1 and "contracted FMA" in bad.stdout
+    """Every CUDA target clean; the control (a contracting build) flagged, on one target: the scan is the same for
+    each, and a cold compile of both costs half a minute more."""
+    clean = run_check("--tier", "exact", "--only", "cuda")
+    assert clean.returncode == 0 and "sm_90-ptx" in clean.stdout and "sm_80-ptx" in clean.stdout, clean.stdout
+    bad = run_check("--tier", "exact", "--only", "cuda", "--target", "sm_80", extra="-ffp-contract=fast")
+    assert bad.returncode == 1 and "contracted FMA" in bad.stdout and "sm_90" not in bad.stdout, bad.stdout
+    unknown = run_check("--target", "sm_99")
+    assert unknown.returncode == 2 and "unknown target sm_99 (known: " in unknown.stderr
 
 
 @pytest.mark.slow
