@@ -194,6 +194,11 @@ def _tiny(cls, **kw):
             "a sliding window must be a positive number of keys, got 0",
         ),
         (
+            lambda: transformers.Qwen3ForCausalLM(_tiny(transformers.Qwen3Config, layer_types=["chunked_attention"])),
+            ValueError,
+            r"layer types \['chunked_attention'\] are not supported",
+        ),
+        (
             lambda: transformers.LlamaForCausalLM(
                 _tiny(
                     transformers.LlamaConfig,
@@ -214,7 +219,7 @@ def _tiny(cls, **kw):
             "attention_dropout",
         ),
     ],
-    ids=["architecture", "sliding-window", "rope-scaling", "activation", "dropout"],
+    ids=["architecture", "sliding-window", "layer-types", "rope-scaling", "activation", "dropout"],
 )
 def test_unsupported_models_are_named(build, error, match) -> None:
     with pytest.raises(error, match=match):
