@@ -49,8 +49,9 @@ def run(model, batch: list[list[int]], page_size: int = 16, max_batch_tokens: in
 def teacher_forced(model, prompt: list[int], tokens: list[int]) -> tuple[list, list]:
     """The request alone through the patched model's forward: the greedy tokens of its logit rows and the engine's
     log-probability of each, log(softmax(row.float())[token])."""
+    device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor([prompt + tokens])).logits[0].float()
+        logits = model(input_ids=torch.tensor([prompt + tokens], device=device)).logits[0].float()
     rows = logits[len(prompt) - 1 : len(prompt) - 1 + len(tokens)]
     logp = paged.engine_logprobs(rows, torch.tensor(tokens))
     return rows.argmax(-1).tolist(), logp.view(torch.int32).tolist()
@@ -72,8 +73,12 @@ def test_each_request_is_its_forward_alone_whatever_the_batch(family: str, dtype
 
 
 WINDOWED = {  # windows of models.WINDOW keys, shorter than every request here but the shortest prompts
-    "mistral": lambda dtype: models.tiny_model("mistral", VOCAB, tier="exact", dtype=dtype),
-    "qwen2 sliding": lambda dtype: models.tiny_sliding_model("qwen2", VOCAB, tier="exact", dtype=dtype),
+    "mistral": lambda dtype, tier="exact", device="cpu": models.tiny_model(
+        "mistral", VOCAB, tier=tier, dtype=dtype, device=device
+    ),
+    "qwen2 sliding": lambda dtype, tier="exact", device="cpu": models.tiny_sliding_model(
+        "qwen2", VOCAB, tier=tier, dtype=dtype, device=device
+    ),
 }
 
 
@@ -90,6 +95,21 @@ def test_windowed_layers_are_their_forward_alone_whatever_the_batch(name: str, d
         assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{name} {dtype}: vs the forward"
     assert [run(model, [p])[0] for p in batch[:3]] == busy[:3], "a request alone == in the busy batch"
     assert run(model, batch, page_size=32, max_batch_tokens=80) == busy, "another page size and chunking"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [*WINDOWED, "qwen3"])
+def test_the_fast_tier_on_the_gpu_is_each_requests_forward_alone(name: str) -> None:
+    """The fast tier's engine step on the GPU, windows that cut keys included: each request == its forward alone,
+    alone == in the busy batch."""
+    build = WINDOWED.get(name) or (lambda dtype, tier, device: models.tiny_model(name, VOCAB, tier=tier, dtype=dtype,
+                                                                                  device=device))  # fmt: skip
+    model = build("bf16", tier="fast", device="cuda")
+    batch = prompts(6, 0)
+    busy = run(model, batch)
+    for prompt, (tokens, bits) in zip(batch, busy, strict=True):
+        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{name}: vs the forward"
+    assert [run(model, [p])[0] for p in batch[:3]] == busy[:3], "a request alone == in the busy batch"
 
 
 def test_a_window_left_out_of_the_step_is_caught(monkeypatch) -> None:
