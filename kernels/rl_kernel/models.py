@@ -147,18 +147,21 @@ def _ready(model: nn.Module, dtype: str, device: str, tier: str) -> nn.Module:
     return model
 
 
-SLIDING = ("qwen2", "qwen3")  # patch()'s families whose config has a window option (use_sliding_window)
+WINDOWED = ("mistral", "qwen2", "qwen3")  # patch()'s families with windows shorter than the tests' sequences
 
 
-def tiny_sliding_model(
+def tiny_windowed_model(
     family: str, vocab: int, *, dtype: str = "fp32", seed: int = 0, device: str = "cpu", tier: str = "stock"
 ) -> nn.Module:
-    """tiny_model's Qwen2 / Qwen3 (its weights) with use_sliding_window: windows of WINDOW keys on every layer but
-    the first (max_window_layers=1), full and windowed layers in one model as Qwen2's long-context configs have."""
+    """A patch() family with windows of WINDOW keys: Mistral as tiny_model builds it (every layer windowed); Qwen2 /
+    Qwen3 as tiny_model's weights with use_sliding_window, windows on every layer but the first (max_window_layers=1):
+    full and windowed layers in one model, as Qwen2's long-context configs have."""
     import transformers
 
-    if family not in SLIDING:
-        raise ValueError(f"unknown sliding-window family {family!r} (known: {', '.join(SLIDING)})")
+    if family not in WINDOWED:
+        raise ValueError(f"unknown windowed family {family!r} (known: {', '.join(WINDOWED)})")
+    if family == "mistral":
+        return tiny_model(family, vocab, dtype=dtype, seed=seed, device=device, tier=tier)
     base = tiny_weights(family, vocab, seed)
     windows = {"use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1, "layer_types": None}
     config = type(base.config)(**(base.config.to_dict() | windows))

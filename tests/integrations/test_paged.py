@@ -72,50 +72,38 @@ def test_each_request_is_its_forward_alone_whatever_the_batch(family: str, dtype
     assert run(model, batch, page_size=32, max_batch_tokens=80) == busy, "another page size and chunking"
 
 
-WINDOWED = {  # windows of models.WINDOW keys, shorter than every request here but the shortest prompts
-    "mistral": lambda dtype, tier="exact", device="cpu": models.tiny_model(
-        "mistral", VOCAB, tier=tier, dtype=dtype, device=device
-    ),
-    "qwen2 sliding": lambda dtype, tier="exact", device="cpu": models.tiny_sliding_model(
-        "qwen2", VOCAB, tier=tier, dtype=dtype, device=device
-    ),
-}
-
-
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("name", WINDOWED)
-def test_windowed_layers_are_their_forward_alone_whatever_the_batch(name: str, dtype: str) -> None:
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_windowed_layers_are_their_forward_alone_whatever_the_batch(family: str, dtype: str) -> None:
     """Mistral (every layer windowed) and a Qwen2 with use_sliding_window (a full layer, then a windowed one: the
     engine's two caches, a sliding one that keeps window - 1 keys per request): each request == its forward alone,
     alone == in the busy batch, at two page sizes and chunkings."""
-    model = WINDOWED[name](dtype)
+    model = models.tiny_windowed_model(family, VOCAB, tier="exact", dtype=dtype)
     batch = prompts(6, 0)
     busy = run(model, batch)
     for prompt, (tokens, bits) in zip(batch, busy, strict=True):
-        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{name} {dtype}: vs the forward"
+        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{family} {dtype}: vs the forward"
     assert [run(model, [p])[0] for p in batch[:3]] == busy[:3], "a request alone == in the busy batch"
     assert run(model, batch, page_size=32, max_batch_tokens=80) == busy, "another page size and chunking"
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", [*WINDOWED, "qwen3"])
-def test_the_fast_tier_on_the_gpu_is_each_requests_forward_alone(name: str) -> None:
-    """The fast tier's engine step on the GPU, windows that cut keys included: each request == its forward alone,
-    alone == in the busy batch."""
-    build = WINDOWED.get(name) or (lambda dtype, tier, device: models.tiny_model(name, VOCAB, tier=tier, dtype=dtype,
-                                                                                  device=device))  # fmt: skip
-    model = build("bf16", tier="fast", device="cuda")
+@pytest.mark.parametrize("family", models.WINDOWED)
+def test_the_fast_tier_on_the_gpu_is_each_requests_forward_alone(family: str) -> None:
+    """The fast tier's engine step on the GPU, with windows that cut keys (Mistral; Qwen2 / Qwen3 with full and
+    windowed layers): each request == its forward alone, alone == in the busy batch."""
+    model = models.tiny_windowed_model(family, VOCAB, tier="fast", dtype="bf16", device="cuda")
     batch = prompts(6, 0)
     busy = run(model, batch)
     for prompt, (tokens, bits) in zip(batch, busy, strict=True):
-        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{name}: vs the forward"
+        assert teacher_forced(model, prompt, tokens) == (tokens, bits), f"{family}: vs the forward"
     assert [run(model, [p])[0] for p in batch[:3]] == busy[:3], "a request alone == in the busy batch"
 
 
 def test_a_window_left_out_of_the_step_is_caught(monkeypatch) -> None:
     """The negative control: the engine's windowed layers through the tier's attention without their window (what
     serving a sliding cache as a full one would do) must differ from the forward."""
-    model = WINDOWED["mistral"]("fp32")
+    model = models.tiny_windowed_model("mistral", VOCAB, tier="exact")
     layers = hf.layers_of(model)
 
     def no_window(*args, window=0, **kwargs):

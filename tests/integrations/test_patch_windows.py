@@ -16,15 +16,6 @@ from rl_kernel.integrations import patched
 from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 12  # NEW: with prompts of 2 .. 8 tokens, every sequence outgrows the window
-BUILDS = {
-    "mistral": lambda dtype, device, tier: models.tiny_model("mistral", VOCAB, dtype=dtype, device=device, tier=tier),
-    **{
-        f"{family} sliding": lambda dtype, device, tier, family=family: models.tiny_sliding_model(
-            family, VOCAB, dtype=dtype, device=device, tier=tier
-        )
-        for family in models.SLIDING
-    },
-}
 
 
 def mismatches(model, rollout: str, device: str) -> dict[str, str]:
@@ -38,27 +29,27 @@ def mismatches(model, rollout: str, device: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("rollout", ["eager", "static"])
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("name", BUILDS)
-def test_windowed_generate_equals_every_forward(name: str, dtype: str, rollout: str, device: str) -> None:
-    model = BUILDS[name](dtype, device, "exact")
+@pytest.mark.parametrize("family", models.WINDOWED)
+def test_windowed_generate_equals_every_forward(family: str, dtype: str, rollout: str, device: str) -> None:
+    model = models.tiny_windowed_model(family, VOCAB, dtype=dtype, device=device, tier="exact")
     assert not mismatches(model, rollout, device)
 
 
 def test_windowed_compiled_generate_equals_every_forward() -> None:
     """transformers' compiled decode step over the static cache's sliding layers (rollout "compiled")."""
-    assert not mismatches(BUILDS["mistral"]("fp32", "cpu", "exact"), "compiled", "cpu")
+    assert not mismatches(models.tiny_windowed_model("mistral", VOCAB, tier="exact"), "compiled", "cpu")
 
 
 def test_a_kept_keys_cache_read_as_a_full_one_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: slots of the whole sequence used on the sliding cache's suffix of keys."""
     monkeypatch.setattr(patched, "kept_keys", lambda q_pos, k_start, keys: (q_pos, k_start))
-    model = BUILDS["mistral"]("fp32", "cpu", "exact")
+    model = models.tiny_windowed_model("mistral", VOCAB, tier="exact")
     for rollout in ("eager", "static"):
         assert mismatches(model, rollout, "cpu"), f"{rollout}: the control must differ from the forward"
 
 
-@pytest.mark.parametrize("name", BUILDS)
-def test_the_patched_window_is_the_models_window(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("family", models.WINDOWED)
+def test_the_patched_window_is_the_models_window(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Which keys a row sees, not bits: the patched fp32 forward is the stock one's within rounding (2e-6 here), and
     the control, the patch without the window (each row sees every earlier key), is far from it."""
     ids, mask = models.sequences(5, 8, NEW, VOCAB, 0)
@@ -69,8 +60,8 @@ def test_the_patched_window_is_the_models_window(name: str, monkeypatch: pytest.
             return float((model(input_ids=ids, attention_mask=mask).logits - stock)[seen].abs().max())
 
     with torch.no_grad():
-        stock = BUILDS[name]("fp32", "cpu", "stock")(input_ids=ids, attention_mask=mask).logits
-    model = BUILDS[name]("fp32", "cpu", "exact")
+        stock = models.tiny_windowed_model(family, VOCAB)(input_ids=ids, attention_mask=mask).logits
+    model = models.tiny_windowed_model(family, VOCAB, tier="exact")
     assert distance(model) < 1e-4
     monkeypatch.setattr(patched, "window_of", lambda kwargs: 0)
     assert distance(model) > 1e-2, "the control: every earlier key instead of the window"
@@ -85,7 +76,7 @@ def test_kept_keys_counts_slots_from_the_first_key_kept() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rollout", ["eager", "static", "compiled"])
-@pytest.mark.parametrize("name", BUILDS)
-def test_the_fast_tier_windowed_generate_equals_every_forward(name: str, rollout: str) -> None:
-    model = BUILDS[name]("bf16", "cuda", "fast")
+@pytest.mark.parametrize("family", models.WINDOWED)
+def test_the_fast_tier_windowed_generate_equals_every_forward(family: str, rollout: str) -> None:
+    model = models.tiny_windowed_model(family, VOCAB, dtype="bf16", device="cuda", tier="fast")
     assert not mismatches(model, rollout, "cuda")
