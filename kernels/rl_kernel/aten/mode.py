@@ -74,6 +74,8 @@ from rl_kernel.aten.ops import (
     nonzero_sum,
     reduce,
     softmax,
+    softmax_backward,
+    tier_product,
     topk,
     tree_sum,
 )
@@ -268,13 +270,9 @@ def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
 
     # A tier with its own `mm` picks the linear's forward / dX / dW kernel by the operands' layouts (the fast
     # tier: patch's bits, no transposed copies); else every product is the tier's linear of b's transpose.
-    own_mm = t.op("mm") if "mm" in t.all_operators() else None
+    product = tier_product(linear, t.op("mm") if "mm" in t.all_operators() else None)
     # Every expert (bmm: every element) in one launch, no host read of offs (their check deferred to `checks`).
     own_grouped = t.op("grouped_mm") if "grouped_mm" in t.all_operators() else None
-
-    def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        with torch.no_grad():  # below autograd: aten's own formulas differentiate the product
-            return own_mm(a, b, bias) if own_mm else linear(a, b.t().contiguous(), bias)
 
     def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         check("mm", a, b)
@@ -332,9 +330,7 @@ def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
         # y * (g - sum(g * y)) in fp32, the row's sum over its nonzero terms (nonzero_sum), rounded once.
         check("_softmax_backward_data", grad, out)
         with torch.no_grad():
-            g, y = grad.float().movedim(dim, -1), out.float().movedim(dim, -1)
-            dot = nonzero_sum(g * y).unsqueeze(-1)
-            return (y * (g - dot)).movedim(-1, dim).to(input_dtype)
+            return softmax_backward(grad, out, dim, input_dtype)
 
     served = {"mm": mm, "addmm": addmm, "bmm": _bmm, "_log_softmax": _log_softmax,
               "_log_softmax_backward_data": _log_softmax_backward_data, "_softmax": _softmax,

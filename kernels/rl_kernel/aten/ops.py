@@ -137,6 +137,14 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     return e / nonzero_sum(e).unsqueeze(-1)
 
 
+def softmax_backward(grad: torch.Tensor, out: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """softmax's gradient y * (g - sum(g * y)) in fp32, the row's sum over its nonzero terms (nonzero_sum), rounded
+    once to dtype."""
+    g, y = grad.float().movedim(dim, -1), out.float().movedim(dim, -1)
+    dot = nonzero_sum(g * y).unsqueeze(-1)
+    return (y * (g - dot)).movedim(-1, dim).to(dtype)
+
+
 def logsumexp(x: torch.Tensor, dim, keepdim: bool = False) -> torch.Tensor:
     """aten::logsumexp over `dim` in fp32: max + log of the nonzero_sum of exp(x - max) over the reduced elements in
     row-major order, rounded once (a row of -inf gives -inf, one with +inf gives +inf, as torch's)."""
@@ -233,6 +241,18 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
 Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+def tier_product(linear: Callable, mm: Callable | None) -> Product:
+    """A tier's a [M, K] @ b [K, N] (+ bias [N]) below autograd: its own `mm` where it has one (the fast tier picks
+    the linear's forward, dX or dW kernel by the operands' layouts: the patch's bits, no transposed copies), else its
+    linear of b's transpose."""
+
+    def product(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        with torch.no_grad():  # below autograd: the callers' formulas differentiate the product
+            return mm(a, b, bias) if mm else linear(a, b.t().contiguous(), bias)
+
+    return product
+
+
 class Checks:
     """The checks a mode defers to its exit: a grouped GEMM's offs, which the fast tier's kernels check on the device
     (a flag per problem and device, set by the kernel: no host read, so no sync, per call), read once when the mode
@@ -266,7 +286,7 @@ class Checks:
 
 def grouped_mm(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None, product: Product, grouped: Callable | None = None,
-    checks: Checks | None = None,
+    checks: Checks | None = None, trusted: bool = False,
 ) -> torch.Tensor:  # fmt: skip
     """aten::_grouped_mm as one `product` (the tier's mm) per group, so that every row of a group has the tier's
     linear bits whatever rows, and however many, its expert received (`grouped`: the tier's own grouped GEMM, one
@@ -278,7 +298,8 @@ def grouped_mm(
     - a [E, M, K], b [E, K, N], no offs: out[g] = a[g] @ b[g] (bmm's).
     offs that are not E non-decreasing ends within the rows (tokens): with `checks` (the mode's), the groups are
     taken clamped (a decreasing end an empty group) and the problem is reported at the mode's exit, the grouped
-    kernel reading no offs on the host; without, a ModeError at once."""
+    kernel reading no offs on the host; without, a ModeError at once. trusted: offs made by the caller from the
+    sorted experts (the patch's), neither checked nor read on the host by the grouped kernel."""
     if a.dim() == 3 and b.dim() == 3 and offs is None:
         return bmm(a, b, product, grouped, "_grouped_mm")
     if a.dim() != 2 or b.dim() not in (2, 3) or offs is None or offs.dim() != 1:
@@ -293,7 +314,7 @@ def grouped_mm(
     if grouped is not None:
         flag = None if checks is None else checks.flag(a.device, problem)
         try:
-            return grouped(a, b, offs, validate=checks is None, flag=flag)
+            return grouped(a, b, offs, validate=checks is None and not trusted, flag=flag)
         except ValueError as exc:  # bad offs (no checks) or shapes, named by the tier's operator
             raise ModeError(str(exc)) from None
     bounds, bad = clamped_groups(offs, total)

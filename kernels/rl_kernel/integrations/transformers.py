@@ -1,7 +1,7 @@
 """Hugging Face transformers models in an rl_kernel tier: `generate()` and the training forward agree bit for bit.
 
     from rl_kernel.integrations.transformers import patch, GumbelSampler
-    model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2, Qwen3, Mistral
+    model = patch(AutoModelForCausalLM.from_pretrained(...), tier="exact")   # Llama, Qwen2/3, Mistral, Qwen3-MoE, OLMoE
     out = model.generate(ids, attention_mask=mask, output_logits=True, return_dict_in_generate=True,
                          do_sample=False, logits_processor=LogitsProcessorList([GumbelSampler(seed=0)]))
     logits = model(input_ids=out.sequences, attention_mask=full_mask).logits   # the same bits
@@ -18,6 +18,8 @@ matrix-core kernels, the same bits within one architecture, and the rest from th
 - the RMSNorms (Qwen3's q_norm/k_norm included): rl_kernel.rms_norm;
 - the rotary embedding's cos/sin: rl_kernel.rope_table over rope_inv_freq (default or llama3 scaling);
 - the MLP's SiLU x up: rl_kernel.silu_mul;
+- a mixture of experts' router and experts (Qwen3-MoE, OLMoE at the default experts implementation):
+  integrations.experts, the tier's grouped product, the mode's softmax, top-k and tree sums;
 - attention, through transformers' attention function registry (ALL_ATTENTION_FUNCTIONS): rl_kernel.attention,
   with the layer's sliding window where it has one (Mistral; Qwen2 / Qwen3 with use_sliding_window): each row sees
   its last `window` keys, over a cache that keeps every key or, as transformers' sliding-window cache layers do,
@@ -48,13 +50,20 @@ from rl_kernel._validate import compiling, needs_autograd
 from rl_kernel.exact.decoder.ops import MASK_RUNS_ERROR
 from rl_kernel.exact.sampling.ops import gumbel_argmax
 from rl_kernel.inputs import DTYPE_NAMES
-from rl_kernel.integrations import generation, paged
+from rl_kernel.integrations import experts, generation, paged
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.integrations.generation import key_mask, positions
 from rl_kernel.integrations.patched import _STATE, is_patched, layers_of, tier_attention, tier_of
 
 ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
-ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM")
+ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "MistralForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "OlmoeForCausalLM",
+)
 ROPE_TYPES = ("default", "llama3")
 TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
 
@@ -154,6 +163,8 @@ _FORWARDS: dict[str, Callable] = {
     "mlp": _mlp_forward,
     "rotary": _rotary_forward,
     "attention": _attention_forward,
+    "router": experts.router_forward,
+    "experts": experts.experts_forward,
 }
 
 
@@ -166,7 +177,14 @@ def _kind(module: nn.Module) -> str | None:
     name = type(module).__name__
     if name.endswith("Attention") and all(hasattr(module, p) for p in ("q_proj", "k_proj", "v_proj")):
         return "attention"
-    for suffix, kind in (("RMSNorm", "rms_norm"), ("MLP", "mlp"), ("RotaryEmbedding", "rotary")):
+    suffixes = (
+        ("RMSNorm", "rms_norm"),
+        ("MLP", "mlp"),
+        ("RotaryEmbedding", "rotary"),
+        ("TopKRouter", "router"),
+        ("Experts", "experts"),
+    )
+    for suffix, kind in suffixes:
         if name.endswith(suffix):
             return kind
     return None
@@ -238,6 +256,9 @@ def _supported(model: nn.Module, tier: tiers.Tier) -> None:
     if getattr(c, "hidden_act", "silu") != "silu":
         raise ValueError(f"rl_kernel: hidden_act {c.hidden_act!r} is not supported (supported: 'silu')")
     _check_windows(c)
+    for module in model.modules():
+        if _kind(module) == "experts":
+            experts.check_experts(module)
     if getattr(c, "attention_dropout", 0.0):
         raise ValueError(f"rl_kernel: attention_dropout must be 0, got {c.attention_dropout}")
     rope = _rope_parameters(c)
@@ -284,9 +305,9 @@ def _head_dim(config: Any) -> int:
 
 # ---- patch / unpatch -------------------------------------------------------------------------------
 def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
-    """Put a loaded Llama / Qwen2 / Qwen3 / Mistral causal LM (transformers 5) in an rl_kernel tier (rl_kernel.tiers:
-    "exact" by default, "fast"), in place; returns it. unpatch(model) restores it. Raises TypeError /
-    ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
+    """Put a loaded Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / OLMoE causal LM (transformers 5) in an rl_kernel
+    tier (rl_kernel.tiers: "exact" by default, "fast"), in place; returns it. unpatch(model) restores it. Raises
+    TypeError / ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
     try:
         desc = tiers.get(tier)
     except tiers.TierError as exc:
