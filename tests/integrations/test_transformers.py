@@ -186,7 +186,8 @@ def _tiny(cls, **kw):
         (
             lambda: transformers.Phi3ForCausalLM(_tiny(transformers.Phi3Config, pad_token_id=0)),
             TypeError,
-            "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM; got Phi3ForCausalLM",
+            "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, "
+            "OlmoeForCausalLM; got Phi3ForCausalLM",
         ),
         (
             lambda: transformers.MistralForCausalLM(_tiny(transformers.MistralConfig, sliding_window=0)),
