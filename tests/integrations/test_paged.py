@@ -1,7 +1,8 @@
 """transformers' continuous batching (`generate_batch`: paged KV cache, packed steps, chunked prefill) on a patched
 model, the exact tier on the CPU (issue 30): each request's greedy tokens and their log-probabilities are those of the
 teacher-forced forward of that request alone, and equal bit for bit alone, in a busy batch, in shuffled arrival and at
-two page sizes, with windows that cut keys too (Mistral, a Qwen2 with use_sliding_window); a batch-variant attention
+two page sizes, with windows that cut keys too (Mistral, a Qwen2 with use_sliding_window) and mixtures of experts
+(Qwen3-MoE, OLMoE); a batch-variant attention
 in the same engine and a windowed layer run without its window are caught (the negative controls). The log-probability
 is the engine's own, log(softmax(the logit row)[token]) in fp32: a function of the whole row, compared as bits."""
 
@@ -58,7 +59,7 @@ def teacher_forced(model, prompt: list[int], tokens: list[int]) -> tuple[list, l
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-@pytest.mark.parametrize("family", models.FAMILIES)
+@pytest.mark.parametrize("family", (*models.FAMILIES, *models.MIXTURES))
 def test_each_request_is_its_forward_alone_whatever_the_batch(family: str, dtype: str) -> None:
     model = models.tiny_model(family, VOCAB, tier="exact", dtype=dtype)
     batch = prompts(6, 0)
@@ -88,11 +89,12 @@ def test_windowed_layers_are_their_forward_alone_whatever_the_batch(family: str,
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family", models.WINDOWED)
+@pytest.mark.parametrize("family", (*models.WINDOWED, *models.MIXTURES))
 def test_the_fast_tier_on_the_gpu_is_each_requests_forward_alone(family: str) -> None:
     """The fast tier's engine step on the GPU, with windows that cut keys (Mistral; Qwen2 / Qwen3 with full and
-    windowed layers): each request == its forward alone, alone == in the busy batch."""
-    model = models.tiny_windowed_model(family, VOCAB, tier="fast", dtype="bf16", device="cuda")
+    windowed layers) and mixtures of experts: each request == its forward alone, alone == in the busy batch."""
+    build = models.tiny_windowed_model if family in models.WINDOWED else models.tiny_model
+    model = build(family, VOCAB, tier="fast", dtype="bf16", device="cuda")
     batch = prompts(6, 0)
     busy = run(model, batch)
     for prompt, (tokens, bits) in zip(batch, busy, strict=True):
