@@ -92,6 +92,38 @@ def test_the_patched_router_is_the_routers_under_the_mode(dtype: torch.dtype) ->
         assert bits_equal(g, w), f"{name}: {diff(g.float(), w.float())}"
 
 
+def router_gradients(router, h: torch.Tensor, forward) -> tuple[torch.Tensor, torch.Tensor]:
+    """d(weights . G + logits . G')/d(hidden, router weight) through `forward`."""
+    router.weight.grad = None
+    h = h.detach().requires_grad_()
+    logits, weights, _ = forward(h)
+    g = torch.Generator().manual_seed(8)
+    loss = (weights * torch.randn(weights.shape, generator=g).to(weights.dtype)).sum()
+    (loss + (logits * torch.randn(logits.shape, generator=g).to(logits.dtype)).sum()).backward()
+    return h.grad, router.weight.grad
+
+
+def test_the_patched_routers_gradients_are_the_modes() -> None:
+    """The norm's and the softmax's gradients (sums over the row by the tree, the mode's softmax backward) and the
+    linear's: the patched router's hidden and weight gradients are those of transformers' own under the mode."""
+    import transformers
+
+    import rl_kernel
+
+    config = models.tiny_config("qwen3_moe", VOCAB, hidden=64)
+    config.num_experts, config.num_experts_per_tok = 128, 8
+    router = transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeTopKRouter(config)
+    with torch.no_grad():
+        router.weight.copy_(torch.randn(router.weight.shape, generator=torch.Generator().manual_seed(6)))
+    h = torch.randn(200, 64, generator=torch.Generator().manual_seed(7))
+    with rl_kernel.mode("exact"):
+        want = router_gradients(router, h, router.forward)
+    router._rl_layers = tiers.get("exact").namespace()
+    got = router_gradients(router, h, lambda x: E.router_forward(router, x))
+    for name, w, g in zip(("hidden", "weight"), want, got, strict=True):
+        assert bits_equal(g, w), f"{name}: {diff(g, w)}"
+
+
 # ---- the experts block alone: a token-by-token reference, and its gradients' invariances ---------------------------
 class Block(torch.nn.Module):
     """transformers' experts layout ([E, 2I, H] gate_up, [E, H, I] down) with the patched forward of a tier."""
@@ -199,6 +231,18 @@ def test_each_experts_rows_and_gradients_are_the_tier_linears() -> None:
         assert not grouped_against_the_tier_linear("exact", "cpu", dtype)
 
 
+def test_a_routing_weights_gradient_is_the_tree_over_its_row() -> None:
+    """d out / d weight[t, j] = the tree's sum over the hidden dim of upstream[t] * the (t, j) row before weighting
+    (written out token by token here), not torch's sum."""
+    block = Block(16, 32, 24, torch.float32)
+    h, index, weights = routed(40, 16, 8, 32, torch.float32)
+    upstream = torch.randn(40, 32, generator=torch.Generator().manual_seed(3))
+    got = gradients(block, h, index, weights, upstream)["weights"]
+    ones = torch.ones_like(weights)  # weight 1: each slot's row before weighting, summed alone below
+    rows = torch.stack([reference(block, h, index[:, j : j + 1], ones[:, j : j + 1]) for j in range(8)], dim=1)
+    assert bits_equal(got, reduce(upstream[:, None, :] * rows, [-1], False, None, mean=False))
+
+
 def test_a_tokens_gradient_sums_its_slots_by_the_tree_in_slot_order() -> None:
     """_Spread's backward against sums written out slot by slot: token t's gradient is the tree over its k rows'
     gradients taken in its top-k order (not the sorted pairs' order, nor atomics in any order)."""
@@ -268,4 +312,4 @@ def test_the_fast_tier_experts_gradients_are_their_tokens() -> None:
         own = gradients(block, h[mine], index[mine], weights[mine], upstream[mine])
         assert bits_equal(full["gate_up"][e], own["gate_up"][e]) and bits_equal(full["down"][e], own["down"][e])
     alone = gradients(block, h[7:8], index[7:8], weights[7:8], upstream[7:8])
-    assert bits_equal(full["h"][7:8], alone["h"])
+    assert bits_equal(full["h"][7:8], alone["h"]) and bits_equal(full["weights"][7:8], alone["weights"])

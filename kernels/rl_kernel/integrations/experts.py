@@ -12,7 +12,8 @@ have the same bits whatever tokens share its experts, in generate() and in the t
   over its tokens in token order, the tier's dW chain); silu(gate) * up by the tier's silu_mul; times the routing
   weight; a token's k rows summed in fp32 by the tree in slot order and rounded once (the mode's sum). A token's
   input gradient is its k rows' gradients summed the same way: torch's index backward adds them atomically on a
-  GPU, in any order.
+  GPU, in any order. A routing weight's gradient (and the norm's) sums its row by the tree too, where autograd's
+  would be torch's sum.
 - No token is dropped: there is no capacity limit, every token reaches its k experts.
 - Under torch.compile (the compiled rollout) both run eagerly, a graph break each: inductor's exp would round the
   softmax unlike the eager forward's.
@@ -59,7 +60,7 @@ def router_forward(self: nn.Module, hidden_states: torch.Tensor) -> tuple[torch.
     logits = self._rl_layers.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight, None)
     top, experts = topk(_Softmax.apply(logits), self.top_k)  # a sort's values: gradients by its scatter (exact)
     if self.norm_topk_prob:
-        top = top / _Sum.apply(top, -1, True)
+        top = _ByRow.apply(top, _Sum.apply(top, -1, True), True)
     return logits, top.to(logits.dtype), experts
 
 
@@ -83,7 +84,7 @@ def experts_forward(
     x = _Spread.apply(hidden_states, order, back, k)
     gate, up = GroupedMM.apply(x, gate_up, ends, product, grouped).chunk(2, dim=-1)
     rows = GroupedMM.apply(L.silu_mul(gate.contiguous(), up.contiguous()), down, ends, product, grouped)
-    weighted = rows * top_k_weights.reshape(-1)[order].unsqueeze(-1)
+    weighted = _ByRow.apply(rows, top_k_weights.reshape(-1)[order].unsqueeze(-1), False)
     return _Sum.apply(weighted[back].view(tokens, k, -1), 1, False).to(hidden_states.dtype)
 
 
@@ -141,6 +142,26 @@ class _Sum(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor):
         grad = grad if ctx.keepdim else grad.unsqueeze(ctx.dim)
         return grad.to(ctx.dtype).expand(ctx.shape), None, None
+
+
+class _ByRow(torch.autograd.Function):
+    """x [..., n] times (or, divide=True, over) a per-row factor f [..., 1], elementwise as torch's; f's gradient is
+    the tree's sum over the row (aten.ops.reduce) of autograd's own terms (g * x; -g * (x / f / f)), where autograd
+    would reduce them with torch's sum, whose order on a GPU may change with the number of rows."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, f: torch.Tensor, divide: bool) -> torch.Tensor:
+        ctx.save_for_backward(x, f)
+        ctx.divide = divide
+        return x / f if divide else x * f
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor):
+        x, f = ctx.saved_tensors
+        dx = grad / f if ctx.divide else grad * f
+        terms = -grad * (x / f / f) if ctx.divide else grad * x
+        return dx, reduce(terms, [-1], True, None, mean=False).to(f.dtype), None
 
 
 class _Spread(torch.autograd.Function):
