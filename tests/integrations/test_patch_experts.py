@@ -3,7 +3,8 @@ transformers' default experts implementation, their router and experts in the ti
 generate() in the eager, static and compiled modes == the teacher-forced forward seen four ways (called as TRL calls it,
 without position_ids) and called as verl calls it; a GRPO step's first ratios are exactly 1 and two runs give the same
 weights; the experts block == a token-by-token reference, its gradients those of each token alone and of each expert's
-own tokens. The controls: stock's ratios; the combine and the gradient spread in another order."""
+own tokens, the routing weights' gradients the tree's sums and the router's the mode's. The controls: stock's ratios;
+the combine and the gradient spread in another order."""
 
 from __future__ import annotations
 
