@@ -1,7 +1,7 @@
 """A mixture of experts' grouped GEMM alone: torch._grouped_mm (stock) against the same call under rl_kernel.mode.
 
     python -m bench grouped_gemm [--tier fast] [--tokens 8192,32] [--hidden 2048] [--expert 1024] [--experts 64]
-                                 [--top 8] [--reps 20] [--json out.json]
+                                 [--top 8] [--reps 20] [--tiles BMxBNxWARPSxSTAGES;...] [--json out.json]
 
 The sizes: one layer of OLMoE-1B-7B (hidden 2048, 64 experts of 1024, top-8) over --tokens tokens: 8192 is a training
 step's 8 x 1024, 32 one decode step of 32 prompts. Each token's experts are a router's top-k of random logits with a
@@ -18,6 +18,11 @@ bits: every expert's rows equal the tier's product of those rows alone (torch.mm
 whatever other rows the call held), run to run; and how many of stock's rows differ from its own per-expert product
 (stock's grouped GEMM is not batch invariant where that count is not 0). On a machine without a GPU, --tier exact and
 small sizes check the script.
+
+--tiles "64x128x4x4;128x128x8x3" (a GPU; block_m x block_n x warps x stages): a sweep of the fast grouped kernels'
+tiles at each size and form, called directly (validate off, as the mode and the patch call them), each against the
+configured tile's bits (BLOCK_K is the config's: a tile changes no bit) and timed beside stock: the data to choose a
+grouped bucket in configs.toml.
 """
 
 from __future__ import annotations
@@ -110,6 +115,37 @@ def measure(form: str, tokens: int, args, device: str) -> dict:
     return row
 
 
+def parse_tiles(text: str) -> list[dict]:
+    """'BMxBNxWARPSxSTAGES;...' -> the grouped kernels' `tiles` overrides."""
+    tiles = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        try:
+            bm, bn, warps, stages = (int(v) for v in part.split("x"))
+        except ValueError:
+            raise SystemExit(f"grouped_gemm --tiles: {part!r} is not BLOCK_MxBLOCK_NxWARPSxSTAGES") from None
+        tiles.append({"block_m": bm, "block_n": bn, "num_warps": warps, "num_stages": stages})
+    return tiles
+
+
+def sweep(form: str, tokens: int, args, tiles: list[dict], stock_s: float) -> list[dict]:
+    """Each tile's queued time and whether it gives the configured tile's bits, for one form and size."""
+    from rl_kernel.fast import grouped_kernels
+
+    offs = routed_offsets(tokens, args.experts, args.top, seed=tokens).cuda()
+    a, b = operands(form, tokens * args.top, args.hidden, args.expert, args.experts, DTYPE_NAMES[args.dtype],
+                    "cuda", seed=1)  # fmt: skip
+    kernel = grouped_kernels.grouped_dw if form == "down dW" else grouped_kernels.grouped_mm
+    pinned = kernel(a, b, offs, validate=False)
+    rows = []
+    for tile in tiles:
+        name = "x".join(str(tile[k]) for k in ("block_m", "block_n", "num_warps", "num_stages"))
+        t = timing.both({name: lambda tile=tile: kernel(a, b, offs, validate=False, tiles=tile)}, args.reps)[name]
+        same = bool(torch.equal(int_view(kernel(a, b, offs, validate=False, tiles=tile)), int_view(pinned)))
+        rows.append({"form": form, "tokens": tokens, "tile": name, "queued_s": t["queued_s"],
+                     "speed_queued": stock_s / t["queued_s"], "same_bits": same})  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__)
     ap.add_argument("--tier", default="fast")
@@ -120,15 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=8)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--tiles", default="", help="a sweep of the fast grouped tiles: BMxBNxWARPSxSTAGES;... (a GPU)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     device = "cuda" if timing.gpu() else "cpu"
-    record: dict = {"args": vars(args), "environment": environment(), "rows": []}
+    tiles = parse_tiles(args.tiles)
+    if tiles and (device != "cuda" or args.tier != "fast"):
+        raise SystemExit("grouped_gemm --tiles sweeps the fast tier's kernels: it needs a GPU and --tier fast")
+    record: dict = {"args": vars(args), "environment": environment(), "rows": [], "sweep": []}
     for tokens in (int(t) for t in args.tokens.split(",")):
         for form in FORMS:
             row = measure(form, tokens, args, device)
             record["rows"].append(row)
             print(json.dumps(row), flush=True)
+            record["sweep"] += sweep(form, tokens, args, tiles, row["stock"]["queued_s"]) if tiles else []
     print(f"\n| form | tokens | rows (per expert) | stock ms | {args.tier} ms | speed vs stock (synced, queued) | "
           f"{args.tier} differs from alone / run to run | stock differs from alone |")  # fmt: skip
     print("|---|---:|---|---:|---:|---|---|---:|")
@@ -138,6 +179,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r[args.tier]['queued_s'] * 1e3:.3f} | {r['speed_synced']:.2f}x, {r['speed_queued']:.2f}x | "
               f"{r['tier_differs_from_alone']} / {r['tier_run_to_run_differs']} of {r['elements']} | "
               f"{r['stock_differs_from_alone']} |")  # fmt: skip
+    if tiles:
+        print("\n| form | tokens | tile (BMxBNxWARPSxSTAGES) | fast ms (queued) | speed vs stock | bits vs pinned |")
+        print("|---|---:|---|---:|---:|---|")
+        for r in record["sweep"]:
+            same = "same" if r["same_bits"] else "DIFFER"
+            print(f"| {r['form']} | {r['tokens']} | {r['tile']} | {r['queued_s'] * 1e3:.3f} | "
+                  f"{r['speed_queued']:.2f}x | {same} |")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

@@ -25,13 +25,13 @@ from rl_kernel.bitwise import bits_equal
 @pytest.mark.slow
 def test_interpreter_grouped_gemm() -> None:
     found = interpret(__file__, "grouped")
-    assert len(found) == 13 and not failed(found), failed(found)
+    assert len(found) == 17 and not failed(found), failed(found)
 
 
 @pytest.mark.slow
 def test_interpreter_grouped_dweight() -> None:
     found = interpret(__file__, "dw")
-    assert len(found) == 9 and not failed(found), failed(found)
+    assert len(found) == 12 and not failed(found), failed(found)
 
 
 @pytest.mark.slow
@@ -84,6 +84,27 @@ def test_bad_offsets_are_refused_by_name() -> None:
 
 
 # ---- the checks, in the interpreter's subprocess ----------------------------------------------------------------
+SWEPT = {"block_m": 64, "block_n": 32, "num_warps": 4, "num_stages": 2}  # bench grouped_gemm --tiles: speed only
+
+
+def _swept(call) -> bool:
+    """call()'s grouped launch took SWEPT's tile (so a sweep's timing is of the tile it names)."""
+    from rl_kernel.fast.decoder import grouped
+
+    seen, saved = [], grouped.launch
+
+    def record(kernel, grid, *args, **kwargs):
+        seen.append({k: kwargs[k.upper() if k.startswith("block") else k] for k in SWEPT})
+        return saved(kernel, grid, *args, **kwargs)
+
+    grouped.launch = record
+    try:
+        call()
+    finally:
+        grouped.launch = saved
+    return seen == [SWEPT]
+
+
 @contextlib.contextmanager
 def _launches():
     """{module: launches} of the grouped and the linear kernels while the block runs."""
@@ -171,6 +192,12 @@ def _check_grouped() -> dict[str, bool]:
         for e, (lo, hi) in enumerate(spans):
             ref[lo:hi] = a[lo:hi].double() @ b[e].double()
         res[f"{form}: near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())
+        swept = fast.grouped_kernels.grouped_mm(a, b, offs, tiles=SWEPT)
+        res[f"{form}: the sweep's tile is the one launched"] = _swept(
+            lambda b=b: fast.grouped_kernels.grouped_mm(a, b, offs, tiles=SWEPT))  # fmt: skip
+        res[f"{form}: a sweep's other tile (block_m, block_n, warps, stages) gives the same bits"] = bits_equal(
+            swept, out
+        )
     dx = (torch.randn(6, k, n, generator=g) * 0.2).bfloat16()
     dx[4, 0, 0] = float("inf")  # past expert 3's K: its last partial K step reads expert 4's rows
     rows = fast.grouped_kernels.grouped_mm(a, dx, offs)[6:76]
@@ -216,6 +243,15 @@ def _check_dw() -> dict[str, bool]:
         fast.grouped_kernels.grouped_dw(h_inf.t(), dy, offs)[2], out[2]) and bits_equal(
         fast.grouped_kernels.grouped_dw(h.t(), dy_inf, offs)[2], out[2])  # fmt: skip
     res["an expert of no token (the first, the last): zeros"] = bool((out[0] == 0).all() and (out[5] == 0).all())
+    swept = fast.grouped_kernels.grouped_dw(h.t(), dy, offs, tiles=SWEPT)
+    launched = _swept(lambda: fast.grouped_kernels.grouped_dw(h.t(), dy, offs, tiles=SWEPT))
+    res["the sweep's tile is the one launched"] = launched
+    res["a sweep's other tile (block_m, block_n, warps, stages) gives the same bits"] = bits_equal(swept, out)
+    try:
+        fast.grouped_kernels.grouped_dw(h.t(), dy, offs, tiles={"block_k": 32})
+        res["a sweep may not set BLOCK_K (it pins the bits)"] = False
+    except ValueError as exc:
+        res["a sweep may not set BLOCK_K (it pins the bits)"] = "BLOCK_K" in str(exc)
     ref = torch.stack([h[lo:hi].double().t() @ dy[lo:hi].double() for lo, hi in spans])
     res["near float64"] = bool((out.double() - ref).abs().max() < 0.05 * ref.abs().max())
     elsewhere = torch.tensor([0, 40, 46, 1046, 1300, 1300], dtype=torch.int32)  # expert 1 takes 39 of expert 2's

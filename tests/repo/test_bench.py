@@ -163,6 +163,16 @@ def test_the_grouped_gemm_bench_checks_every_experts_rows_on_the_cpu(tmp_path: P
     for r in rows:
         assert r["tier_differs_from_alone"] == r["tier_run_to_run_differs"] == 0 < r["elements"], r
         assert r["speed_synced"] > 0 and r["speed_queued"] > 0
+    bad = run_bench("grouped_gemm", "--tier", "exact", "--tiles", "64x64x4x4")
+    assert bad.returncode != 0 and "needs a GPU and --tier fast" in bad.stderr, "a sweep the CPU cannot run is refused"
+    from bench.grouped_gemm import parse_tiles
+
+    assert parse_tiles("64x128x4x4; 128x256x8x3") == [
+        {"block_m": 64, "block_n": 128, "num_warps": 4, "num_stages": 4},
+        {"block_m": 128, "block_n": 256, "num_warps": 8, "num_stages": 3},
+    ]
+    with pytest.raises(SystemExit, match="BLOCK_MxBLOCK_NxWARPSxSTAGES"):
+        parse_tiles("64x128")
     import torch
 
     from bench.grouped_gemm import differing, operands, per_expert

@@ -262,12 +262,12 @@ def _flag_bad(offs: torch.Tensor, total: int, flag: torch.Tensor | None) -> None
 
 def grouped_dw(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, validate: bool = True, flag: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, tiles: dict | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """out [E, M, N]: out[g] = a[:, tokens of g] @ b[tokens of g] (a [M, S], b [S, N], offs: each expert's end token),
     one launch; an expert of no token gets zeros. The bits of grad_w_2d's pointer kernel on that expert's tokens.
     validate: _checked's; flag (int32 [1] on a's device): set to 1 by the kernel where offs are bad, no host read;
-    out: stored there (every element written)."""
+    out: stored there (every element written); tiles: grouped_mm's."""
     m, s = a.shape
     n, e = b.shape[1], offs.shape[0]
     offs = _checked(offs, e, s, "tokens", validate)
@@ -275,7 +275,7 @@ def grouped_dw(
     if e == 0 or m == 0 or n == 0 or s == 0:
         _flag_bad(offs, s, flag)
         return out.zero_()
-    cfg = config_for("linear_dw", target_of(a.device))
+    cfg = _with_tiles(config_for("linear_dw", target_of(a.device)), tiles)
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     grid = (e * triton.cdiv(m, bm), triton.cdiv(n, bn))
     check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e)}
@@ -311,12 +311,24 @@ def _form_config(a: torch.Tensor, b: torch.Tensor, m: int, n: int, k: int) -> di
     return config_for(op, target_of(a.device), **({} if form == "dw" else {"m": m, "n": n, "k": k}))
 
 
+SPEED_KNOBS = frozenset({"block_m", "block_n", "num_warps", "num_stages"})  # what a tile sweep may change
+
+
+def _with_tiles(cfg: dict, tiles: dict | None) -> dict:
+    """cfg with a sweep's speed-only knobs (SPEED_KNOBS); BLOCK_K, which fixes the K order and so the bits, never."""
+    if tiles and set(tiles) - SPEED_KNOBS:
+        raise ValueError(f"{WHERE}: tiles may set {sorted(SPEED_KNOBS)} only (BLOCK_K pins the bits), got "
+                         f"{sorted(set(tiles) - SPEED_KNOBS)}")  # fmt: skip
+    return {**cfg, **(tiles or {})}
+
+
 def grouped_mm(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, validate: bool = True, flag: torch.Tensor | None = None,
-    out: torch.Tensor | None = None,
+    out: torch.Tensor | None = None, tiles: dict | None = None,
 ) -> torch.Tensor:  # fmt: skip
     """out [S, N]: each expert's rows of a [S, K] times its b[g] [K, N] (offs: each group's end), one launch; rows past
-    the last group are zeros. The bits of fast.mm(a[rows of g], b[g]) for every g. validate, flag, out: grouped_dw's."""
+    the last group are zeros. The bits of fast.mm(a[rows of g], b[g]) for every g. validate, flag, out: grouped_dw's;
+    tiles: a sweep's tile in place of the configured one (speed only: _with_tiles)."""
     s, k = a.shape
     e, _, n = b.shape
     offs = _checked(offs, e, s, "rows", validate)
@@ -326,7 +338,7 @@ def grouped_mm(
         return out.zero_()
     # fast.mm's form of an expert's product; the M bucket by an expert's mean rows (no host read of offs): the tile
     # changes no bit, BLOCK_K is the form's for (n, k).
-    cfg = _form_config(a, b[0], triton.cdiv(s, e), n, k)
+    cfg = _with_tiles(_form_config(a, b[0], triton.cdiv(s, e), n, k), tiles)
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     a = a if a.stride(1) == 1 else a.contiguous()
     grid = (triton.cdiv(s, bm) + e, triton.cdiv(n, bn))
