@@ -85,6 +85,7 @@ def test_the_patched_router_is_the_routers_under_the_mode(dtype: torch.dtype) ->
     h = torch.randn(200, 64, generator=torch.Generator().manual_seed(7)).to(dtype)
     patched = type(stock).__new__(type(stock))
     patched.__dict__ = dict(stock.__dict__, _rl_layers=tiers.get("exact").namespace())
+    E.probe_router(patched)  # what this transformers' router returns (5.0: the probabilities, fp32 weights)
     with torch.no_grad():
         with rl_kernel.mode("exact"):
             want = stock(h)
@@ -120,6 +121,7 @@ def test_the_patched_routers_gradients_are_the_modes() -> None:
     with rl_kernel.mode("exact"):
         want = router_gradients(router, h, router.forward)
     router._rl_layers = tiers.get("exact").namespace()
+    E.probe_router(router)
     got = router_gradients(router, h, lambda x: E.router_forward(router, x))
     for name, w, g in zip(("hidden", "weight"), want, got, strict=True):
         assert bits_equal(g, w), f"{name}: {diff(g, w)}"

@@ -51,17 +51,29 @@ def check_experts(module: nn.Module) -> None:
             raise ValueError(f"rl_kernel: {type(module).__name__} has no 3-d {weight}: not transformers' experts")
 
 
+def probe_router(module: nn.Module) -> None:
+    """What this transformers' router returns, read once from its own forward on a zero row: as the first output the
+    logits (transformers 5.25) or the probabilities (5.0); the weights in the logits' dtype (5.25) or in fp32 (5.0)."""
+    with torch.no_grad():
+        zero = module.weight.new_zeros((1, module.hidden_dim))
+        first, weights, _ = type(module).forward(module, zero)
+    module.__dict__["_rl_router"] = (bool((first != 0).any()), weights.dtype == zero.dtype)
+
+
 # ---- the swapped forwards ------------------------------------------------------------------------------------------
 # Eager inside a compiled model (a graph break each): inductor's own exp would round the router's softmax unlike the
 # eager forward's, and the exact tier's grouped product reads its groups on the host.
 @torch.compiler.disable
 def router_forward(self: nn.Module, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits, the top k's weights, their experts), as transformers' TopKRouter returns them."""
+    """(logits, the top k's weights, their experts), as this transformers' TopKRouter returns them (probe_router)."""
+    probabilities_first, weights_in_dtype = self.__dict__.get("_rl_router", (False, True))
     logits = self._rl_layers.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight, None)
-    top, experts = topk(_Softmax.apply(logits), self.top_k)  # a sort's values: gradients by its scatter (exact)
+    probabilities = _Softmax.apply(logits)
+    top, experts = topk(probabilities, self.top_k)  # a sort's values: gradients by its scatter (exact)
     if self.norm_topk_prob:
         top = _ByRow.apply(top, _Sum.apply(top, -1, True), True)
-    return logits, top.to(logits.dtype), experts
+    first = probabilities if probabilities_first else logits
+    return first, top.to(logits.dtype) if weights_in_dtype else top, experts
 
 
 @torch.compiler.disable
@@ -159,7 +171,7 @@ class _ByRow(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor):
         x, f = ctx.saved_tensors
-        dx = grad / f if ctx.divide else grad * f
+        dx = (grad / f if ctx.divide else grad * f).to(x.dtype)
         terms = -grad * (x / f / f) if ctx.divide else grad * x
         return dx, reduce(terms, [-1], True, None, mean=False).to(f.dtype), None
 

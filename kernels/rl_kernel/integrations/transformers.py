@@ -326,6 +326,8 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
             continue
         if kind == "rotary":
             module._rl_inv_freq = inv_freq
+        if kind == "router":
+            experts.probe_router(module)
         module.__class__ = _tier_class(type(module), kind, desc.name)
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     base.forward = _model_forward(base.forward)
@@ -351,6 +353,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             module.__class__ = original
             module.__dict__.pop("_rl_inv_freq", None)
             module.__dict__.pop("_rl_inv_freq_on", None)
+            module.__dict__.pop("_rl_router", None)
     del state["base"].forward
     for name in ("create_masks_for_generate", "get_compiled_call", "_rl_compiled", "generate_batch"):
         model.__dict__.pop(name, None)
