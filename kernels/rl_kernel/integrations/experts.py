@@ -4,8 +4,8 @@ have the same bits whatever tokens share its experts, in generate() and in the t
 
 - The router (`...TopKRouter`): logits by the tier's linear; probabilities by the mode's fp32 softmax
   (aten.ops.softmax: exp(x - max) over the row's tree sum); the top k with ties to the lower expert (a stable
-  sort); with norm_topk_prob each divided by the tree sum of the k; the weights in the logits' dtype, as
-  transformers 5.25 returns them.
+  sort); with norm_topk_prob each divided by the tree sum of the k; returned as the installed transformers' router
+  returns them (probe_router: 5.25 the logits and weights in their dtype, 5.0 the probabilities and fp32 weights).
 - The experts (`...Experts`): the (token, slot) pairs sorted by expert, stably, so an expert's tokens stay in token
   order; gate_up and down by the tier's grouped product (`GroupedMM`: each row the tier linear's bits whatever
   rows, and however many, its expert received; dX the same product by the transposed weights; dW each expert's sum
