@@ -8,6 +8,7 @@ the combine and the gradient spread in another order."""
 
 from __future__ import annotations
 
+import patched_views
 import pytest
 import torch
 
@@ -21,16 +22,7 @@ VOCAB, NEW = 211, 12
 
 
 def mismatches(model, rollout: str, device: str) -> dict[str, str]:
-    """generate()'s logits against each forward view's and verl's call (position_ids = the mask's 1s so far - 1):
-    the views that differ, with a summary."""
-    p = M.prompts(5, VOCAB, 0)
-    r = M.generate(model, p, NEW, None, device, rollout=rollout)
-    views = M.forward_views(model, r, p, device)
-    full = M.full_mask(p, NEW).to(device)
-    with torch.no_grad():
-        verl = model(input_ids=r.sequences.to(device), attention_mask=full, position_ids=(full.cumsum(-1) - 1).clamp(0))
-    views["verl's call"] = verl.logits[:, -NEW - 1 : -1].float().cpu()
-    return {name: diff(v, r.logits).summary() for name, v in views.items() if not bits_equal(v, r.logits)}
+    return patched_views.mismatches(model, VOCAB, NEW, rollout, device)
 
 
 @pytest.mark.parametrize("rollout", ["eager", "static"])

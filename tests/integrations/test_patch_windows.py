@@ -1,30 +1,25 @@
 """patch() on models with sliding windows that cut keys (issue 54): Mistral (every layer windowed) and Qwen2 / Qwen3
 with use_sliding_window (a full layer, then a windowed one), windows of models.WINDOW keys under prompts of up to
 MAX_PROMPT tokens and NEW more. generate() with transformers' dynamic cache (its sliding layers keep window - 1 keys),
-its static cache and its compiled decode step == the teacher-forced forward seen four ways, bit for bit; the control:
-a windowed layer that reads a kept-keys cache as if it held every key is caught. Continuous batching with windows:
-test_paged.py."""
+its static cache and its compiled decode step == the teacher-forced forward seen four ways and called as verl calls
+it, bit for bit; the control: a windowed layer that reads a kept-keys cache as if it held every key is caught.
+Continuous batching with windows: test_paged.py."""
 
 from __future__ import annotations
 
+import patched_views
 import pytest
 import torch
 
 from rl_kernel import models
-from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import patched
-from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 12  # NEW: with prompts of 2 .. 8 tokens, every sequence outgrows the window
 
 
 def mismatches(model, rollout: str, device: str) -> dict[str, str]:
-    """generate()'s logits against each forward view's: the views that differ, with a summary."""
-    p = M.prompts(5, VOCAB, 0)
-    r = M.generate(model, p, NEW, None, device, rollout=rollout)
-    assert r.sequences.shape[1] > models.WINDOW + 1, "the windows must cut keys"
-    views = M.forward_views(model, r, p, device)
-    return {name: diff(v, r.logits).summary() for name, v in views.items() if not bits_equal(v, r.logits)}
+    """generate()'s logits against each forward view's and verl's call: the views that differ (patched_views)."""
+    return patched_views.mismatches(model, VOCAB, NEW, rollout, device, longer_than=models.WINDOW + 1)
 
 
 @pytest.mark.parametrize("rollout", ["eager", "static"])

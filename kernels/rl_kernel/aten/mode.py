@@ -327,7 +327,6 @@ def _servers(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
         return out if half_to_float else out.to(x.dtype)
 
     def _softmax_backward_data(grad: torch.Tensor, out: torch.Tensor, dim: int, input_dtype) -> torch.Tensor:
-        # y * (g - sum(g * y)) in fp32, the row's sum over its nonzero terms (nonzero_sum), rounded once.
         check("_softmax_backward_data", grad, out)
         with torch.no_grad():
             return softmax_backward(grad, out, dim, input_dtype)

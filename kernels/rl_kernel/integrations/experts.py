@@ -85,13 +85,13 @@ def experts_forward(
     product, grouped = tier_product(L.linear, getattr(L, "mm", None)), getattr(L, "grouped_mm", None)
     tokens, k = top_k_index.shape
     experts, order = torch.sort(top_k_index.reshape(-1), stable=True)  # pairs by expert, each in token order
-    first = torch.arange(1, self.num_experts + 1, device=experts.device, dtype=experts.dtype)
-    ends = torch.searchsorted(experts, first, right=False).to(torch.int32)  # each expert's end row (no host read)
+    following = torch.arange(1, self.num_experts + 1, device=experts.device, dtype=experts.dtype)
+    ends = torch.searchsorted(experts, following, right=False).to(torch.int32)  # each expert's end row, on the device
     back = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     gate_up, down = self.gate_up_proj, self.down_proj
     if not getattr(
         self, "is_transposed", False
-    ):  # [E, out, in], as nn.Linear keeps them; the products take [E, in, out]
+    ):  # [E, out, in] as nn.Linear keeps them: the products take [E, in, out]
         gate_up, down = gate_up.transpose(-2, -1), down.transpose(-2, -1)
     x = _Spread.apply(hidden_states, order, back, k)
     gate, up = GroupedMM.apply(x, gate_up, ends, product, grouped).chunk(2, dim=-1)
