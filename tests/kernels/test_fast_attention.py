@@ -35,8 +35,16 @@ def test_interpreter_window_chunks_packed_where_no_window_cuts() -> None:
     assert len(r) == 4 and not failed, failed
 
 
+@pytest.mark.slow
+def test_interpreter_sinks() -> None:
+    r = interpret(__file__, "sinks")
+    failed = {k: v for k, v in r.items() if v is not True}
+    assert len(r) == 7 and not failed, failed
+
+
 # ---- what the subprocess runs --------------------------------------------------------------------------
-def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0):
+def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0, sinks=None):
+    """float64 attention; with sinks, GPT-OSS's eager form: the sink joins the row's softmax, its column dropped."""
     grp = q.shape[1] // k.shape[1]
     kk, vv = k.double().repeat_interleave(grp, 1), v.double().repeat_interleave(grp, 1)
     s = q.double() @ kk.transpose(-1, -2) * scale
@@ -44,7 +52,52 @@ def _attn_ref(q, k, v, q_pos, k_start, scale, window: int = 0):
     first = k_start[:, None] if not window else torch.maximum(k_start[:, None], q_pos - window + 1)
     seen = (j[None, None, :] >= first[:, :, None]) & (j[None, None, :] <= q_pos[:, :, None])
     s = s.masked_fill(~seen[:, None], float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.double()[None, :, None, None].expand(*s.shape[:3], 1)], -1)
+        return (torch.softmax(s, -1)[..., :-1] @ vv).masked_fill(~seen.any(-1)[:, None, :, None], 0.0)
     return torch.softmax(s, -1).nan_to_num(0.0) @ vv
+
+
+def _check_sinks() -> dict[str, bool]:
+    """Attention sinks (a logit per query head) with a 100-key window over 200-key rows, left padding 0 and 30: near
+    float64 (GPT-OSS's eager form), forward and backward (the sinks' gradient included); the sinks change the bits;
+    decode rows == prefill rows; a sequence alone == in the batch; the backward run to run."""
+    g = torch.Generator().manual_seed(6)
+    b, hq, hkv, t, d, w = 2, 4, 2, 200, 32, 100
+    q, k, v, go = (torch.randn(b, h, t, d, generator=g).bfloat16() for h in (hq, hkv, hkv, hq))
+    q_pos, k_start = torch.arange(t).repeat(b, 1), torch.tensor([0, 30])
+    sinks = torch.tensor([0.5, 3.0, -2.0, -30.0])
+    pre = fast.attention(q, k, v, q_pos, k_start, window=w, sinks=sinks)
+    res = {
+        "vs float64": bool((pre.double() - _attn_ref(q, k, v, q_pos, k_start, d**-0.5, w, sinks)).abs().max() < 0.03)
+    }
+    res["the sinks change the bits"] = not bits_equal(pre, fast.attention(q, k, v, q_pos, k_start, window=w))
+    res["decode rows == prefill rows"] = all(
+        bits_equal(
+            fast.attention(q[:, :, r : r + 1], k, v, q_pos[:, r : r + 1], k_start, window=w, sinks=sinks),
+            pre[:, :, r : r + 1],
+        )
+        for r in (0, 30, 99, 130, 199)
+    )
+    res["sequence alone == in the batch"] = bits_equal(
+        fast.attention(q[1:, :, 30:], k[1:, :, 30:], v[1:, :, 30:], q_pos[1:, :170], k_start[1:] - 30, window=w,
+                       sinks=sinks),
+        pre[1:, :, 30:],
+    )  # fmt: skip
+
+    def grads():
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, sinks)]
+        fast.attention(*leaves[:3], q_pos, k_start, window=w, sinks=leaves[3]).backward(go)
+        return [x.grad for x in leaves]
+
+    got = grads()
+    refs = [x.double().requires_grad_() for x in (q, k, v, sinks)]
+    _attn_ref(*refs[:3], q_pos, k_start, d**-0.5, w, refs[3]).backward(go.double())
+    errs = [((a.double() - r.grad).abs().max() / r.grad.abs().max()).item() for a, r in zip(got, refs, strict=True)]
+    res["backward vs float64, the sinks' gradient included (rel. max err < 3%)"] = max(errs) < 0.03
+    res["backward run to run"] = all(bits_equal(a, b) for a, b in zip(grads(), got, strict=True))
+    res["every sink has a gradient"] = bool((got[3] != 0).all())
+    return res
 
 
 def _check_window() -> dict[str, bool]:
@@ -202,4 +255,4 @@ def _check_attention() -> dict[str, bool]:
 
 
 if __name__ == "__main__":
-    serve({"attention": _check_attention, "window": _check_window, "chunks": _check_chunks})
+    serve({"attention": _check_attention, "window": _check_window, "chunks": _check_chunks, "sinks": _check_sinks})

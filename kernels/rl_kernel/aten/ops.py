@@ -13,6 +13,7 @@ import torch
 from rl_kernel._validate import clamped_groups
 from rl_kernel.aten import segments as mode_segments
 from rl_kernel.aten import tree as mode_tree
+from rl_kernel.exact.common.tree import tree_adds
 
 
 class ModeError(ValueError):
@@ -178,26 +179,6 @@ def tree_sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     if x.dtype == torch.float32 and mode_tree.available(x):  # the same tree in a few launches (a GPU)
         return mode_tree.tree_sum(x, first)
     return tree_adds(x, first)
-
-
-def tree_adds(x: torch.Tensor, first: bool) -> torch.Tensor:
-    """tree_sum in torch's adds, one per level (mode_tree's kernel is held to it): x's sums over its first dim
-    (first=True) or its last, n >= 1."""
-    n = x.shape[0] if first else x.shape[-1]
-    width = mode_tree.padded_width(n)
-    if width != n and first:
-        x = torch.cat([x, x.new_zeros((width - n, *x.shape[1:]))])
-    elif width != n:
-        x = torch.nn.functional.pad(x, (0, width - n))
-    nodes = x
-    while (nodes.shape[0] if first else nodes.shape[-1]) > 1:
-        if first:
-            pairs = nodes.unflatten(0, (-1, 2))
-            nodes = pairs[:, 0] + pairs[:, 1]
-        else:
-            pairs = nodes.unflatten(-1, (-1, 2))
-            nodes = pairs[..., 0] + pairs[..., 1]
-    return nodes[0] if first else nodes[..., 0]
 
 
 def _tree(rows: torch.Tensor, dim: int) -> torch.Tensor:

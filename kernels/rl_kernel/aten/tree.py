@@ -18,6 +18,7 @@ import torch
 
 from rl_kernel._triton import jit as _jit  # where Triton is missing, tree_sum falls back to torch's adds (mode_ops)
 from rl_kernel._triton import tl, triton
+from rl_kernel.exact.common.tree import padded_width
 from rl_kernel.triton_tier import interpreting, launch
 
 GROUP_LEVELS = 6  # levels of the tree per pass: a program reduces G = 64 elements of the axis
@@ -42,11 +43,6 @@ def _tree_pass_kernel(x_ptr, out_ptr, n, count, blocks, s_n, s_c, o_n, o_c, LEVE
         left, right = tl.split(tl.permute(tl.reshape(t, (G >> (level + 1), 2, BLOCK_C)), (0, 2, 1)))
         t = left + right
     tl.store(out_ptr + g * o_n + c * o_c, tl.reshape(t, (BLOCK_C,)), mask=c < count)
-
-
-def padded_width(n: int) -> int:
-    """The tree's leaves for a row of n >= 1: 8 x the chunk count rounded up to a power of two."""
-    return 8 * (1 << (-(-n // 8) - 1).bit_length())
 
 
 def available(x: torch.Tensor) -> bool:

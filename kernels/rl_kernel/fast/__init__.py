@@ -117,6 +117,7 @@ def attention(
     *,
     validate: bool = True,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal GQA attention, rl_kernel.exact.attention's semantics: q [B, Hq, Tq, D]; k, v [B, Hkv, Tk, D]
     (the cache); q_pos [B, Tq] the absolute key index of each query row; k_start [B] the first valid key.
@@ -124,14 +125,15 @@ def attention(
     k_start[b] with one fixed tile per (target, head dim): a row's bits do not depend on the batch, Tq, its
     tile neighbours or the cache's fill. window > 0: a sliding window, row t seeing keys max(k_start[b], q_pos[b, t] -
     window + 1) .. q_pos[b, t], its tiles counted from that first key (one query position per block).
-    validate=True checks the key ranges (a host sync)."""
-    if not validate and not window:  # a layout checked and launched before, no gradient (a decode step): its plan
+    validate=True checks the key ranges (a host sync). sinks [Hq]: a logit per query head that joins each row's
+    softmax first, with a zero value (GPT-OSS)."""
+    if not validate and not window and sinks is None:  # a layout checked and launched before, no gradient: its plan
         planned = plans.run_attention(q, k, v, q_pos, k_start, scale)
         if planned is not None:
             return planned
     check_tensors(NAME, "attention", q=q, k=k, v=v, q_pos=q_pos, k_start=k_start)
     require_triton(NAME)
-    return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate, window=window)
+    return attention_kernels.attention(q, k, v, q_pos, k_start, scale, validate=validate, window=window, sinks=sinks)
 
 
 __all__ = [

@@ -13,7 +13,8 @@ namespace rl {
 // (attn_first_key). Per tile: s_u = dot(q, k_u) * scale (one fma_rn chain over d from +0.0);
 // mt = max(m, s_0, s_1, ...); alpha = exp_fold(m - mt); l = l * alpha; acc_d = acc_d * alpha; then for
 // u in order: p = exp_fold(s_u - mt); l = l + p; acc_d = fma_rn(p, v_u[d], acc_d). Start m = -FLT_MAX,
-// l = 0, acc = 0; the output is acc_d * rcp_pos(l), the canonical NaN when m is NaN or +inf, and +0.0
+// l = 0 (with a sink, m = sink, l = 1: attn_start), acc = 0; the output is acc_d * rcp_pos(l), the canonical
+// NaN when m is NaN or +inf, and +0.0
 // for a row that sees no key.
 constexpr int RL_ATTN_TILE = 32;
 constexpr int RL_ATTN_MAX_DIM = 256;  // head_dim limit of both executors (a GPU lane holds 8 accumulators)
@@ -38,11 +39,22 @@ RL_HD int64_t attn_first_key(int64_t k_start, int64_t j1, int64_t window) {
 // The statistics a row leaves (for diagnostics and a backward): m with a zero's sign cleared, and l.
 RL_HD float attn_stat_m(float m) { return canonical(no_neg_zero(m)); }
 
+// A row's state before its first tile: m = -FLT_MAX, l = 0; with an attention sink (a per-head logit, GPT-OSS) the
+// sink joins the row's softmax first, as a key before the row's first with a zero value: m = sink, l =
+// exp_fold(sink - sink) = 1. Every row of a head starts alike, so a row's bits still depend on its own keys alone.
+struct AttnStart {
+  float m, l;
+};
+
+RL_HD AttnStart attn_start(const float* sinks, int64_t h) {
+  return sinks != nullptr ? AttnStart{sinks[h], 1.0f} : AttnStart{-RL_FLT_MAX, 0.0f};
+}
+
 template <class D>
 inline void attention_row(const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
-                          int64_t Dh, int64_t j0, int64_t j1, float scale, typename D::storage* o, float* stats,
-                          float* acc) {
-  float m = -RL_FLT_MAX, l = 0.0f;
+                          int64_t Dh, int64_t j0, int64_t j1, float scale, AttnStart start, typename D::storage* o,
+                          float* stats, float* acc) {
+  float m = start.m, l = start.l;
   for (int64_t d = 0; d < Dh; ++d) acc[d] = 0.0f;
   for (int64_t t0 = j0; t0 <= j1; t0 += RL_ATTN_TILE) {
     const int n = int(j1 - t0 + 1 < RL_ATTN_TILE ? j1 - t0 + 1 : RL_ATTN_TILE);
@@ -99,6 +111,10 @@ RL_HD Pair attn_grad_terms(float s, float dp, const RowGrad& g) {
   return Pair{p, p * (dp - g.dr)};
 }
 
+// A row's term of its sink's gradient: the sink is a pair whose score is the sink and whose value is zero (dp = +0),
+// so dS = p * (0 - Dr). The sink's gradient is the section 2 tree over its head's rows (b, then t, in order).
+RL_HD float attn_sink_term(float sink, const RowGrad& g) { return attn_grad_terms(sink, 0.0f, g).b; }
+
 template <class D>
 RL_HD Pair attn_pair_grad(const typename D::storage* q, const typename D::storage* go, const typename D::storage* k,
                           const typename D::storage* v, int64_t Dh, float scale, const RowGrad& g) {
@@ -154,7 +170,7 @@ template <class D>
 __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
     int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh, int group, int qc, const typename D::storage* q,
     const typename D::storage* k, const typename D::storage* v, const int64_t* q_pos, const int64_t* k_start,
-    float scale, int64_t window, typename D::storage* o, float* stats) {
+    float scale, int64_t window, const float* sinks, typename D::storage* o, float* stats) {
   // With a window every row has its own first key: the host gives the block one query position (qc = 1), whose
   // query heads share it.
   extern __shared__ float sm[];
@@ -184,7 +200,8 @@ __global__ void __launch_bounds__(RL_ATTN_MAX_WARPS* RL_WARP) attention_kernel(
   float acc[RL_ATTN_PER_LANE];
   RL_UNROLL(unroll)
   for (int i = 0; i < RL_ATTN_PER_LANE; ++i) acc[i] = 0.0f;
-  float m = -RL_FLT_MAX, l = 0.0f;
+  const AttnStart start = attn_start(sinks, kvh * group + gw);
+  float m = start.m, l = start.l;
   for (int64_t t0 = j0; t0 <= jend; t0 += RL_ATTN_TILE) {
     const int nt = int(jend - t0 + 1 < RL_ATTN_TILE ? jend - t0 + 1 : RL_ATTN_TILE);
     RL_SYNC();  // the previous tile is consumed
@@ -259,6 +276,18 @@ __global__ void __launch_bounds__(128) attention_row_grad_kernel(int64_t Hq, int
 
 __device__ __forceinline__ RowGrad row_grad_at(const float* rowg, int64_t row) {
   return RowGrad{rowg[4 * row], rowg[4 * row + 1], rowg[4 * row + 2], rowg[4 * row + 3] != 0.0f};
+}
+
+// terms [B, Hq, Tq]: each row's attn_sink_term, a thread per row (the sum over a head's rows is the host's tree).
+template <class D>
+__global__ void __launch_bounds__(128) attention_sink_terms_kernel(int64_t Hq, int64_t Tq, int64_t Dh,
+                                                                    const float* stats, const typename D::storage* o,
+                                                                    const typename D::storage* go, const float* sinks,
+                                                                    float* terms) {
+  const int64_t t = RL_ROW * 128 + RL_TID, h = RL_BLOCK_Y, b = RL_BLOCK_Z;
+  if (t >= Tq) return;
+  const int64_t row = (b * Hq + h) * Tq + t;
+  terms[row] = attn_sink_term(sinks[h], attn_row_grad<D>(stats + 2 * row, o + row * Dh, go + row * Dh, Dh));
 }
 
 template <class D>

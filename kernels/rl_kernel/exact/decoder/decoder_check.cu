@@ -30,10 +30,13 @@ namespace rl {
                                                        const D::storage*, D::storage*, D::storage*);            \
   template __global__ void attention_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int, int,           \
                                                const D::storage*, const D::storage*, const D::storage*,         \
-                                               const int64_t*, const int64_t*, float, int64_t, D::storage*,     \
-                                               float*);                                                         \
+                                               const int64_t*, const int64_t*, float, int64_t, const float*,    \
+                                               D::storage*, float*);                                            \
   template __global__ void attention_row_grad_kernel<D>(int64_t, int64_t, int64_t, const float*, const D::storage*, \
                                                         const D::storage*, float*);                             \
+  template __global__ void attention_sink_terms_kernel<D>(int64_t, int64_t, int64_t, const float*,               \
+                                                          const D::storage*, const D::storage*, const float*,   \
+                                                          float*);                                              \
   template __global__ void attention_dq_kernel<D>(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,          \
                                                   const D::storage*,                                            \
                                                   const D::storage*, const D::storage*, const D::storage*,      \

@@ -120,13 +120,23 @@ struct CpuExec {
   static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
                         const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
                         const int64_t* q_pos, const int64_t* k_start, float scale, int64_t window,
-                        typename D::storage* o, float* stats) {
+                        const float* sinks, typename D::storage* o, float* stats) {
     for_rows(rows, [&](int64_t row) {
       const int64_t t = row % Tq, h = (row / Tq) % Hq, b = row / (Tq * Hq);
       const int64_t kv = (b * Hkv + h / (Hq / Hkv)) * Tk * Dh, j1 = q_pos[b * Tq + t];
       std::vector<float> acc(static_cast<size_t>(Dh));
       attention_row<D>(q + row * Dh, k + kv, v + kv, Dh, attn_first_key(k_start[b], j1, window), j1, scale,
-                       o + row * Dh, stats + 2 * row, acc.data());
+                       attn_start(sinks, h), o + row * Dh, stats + 2 * row, acc.data());
+    });
+  }
+
+  template <class D>
+  static void attention_sink_terms(int64_t B, int64_t Hq, int64_t Tq, int64_t Dh, const float* stats,
+                                   const typename D::storage* o, const typename D::storage* go, const float* sinks,
+                                   float* terms) {
+    for_rows(B * Hq * Tq, [&](int64_t row) {
+      const int64_t h = (row / Tq) % Hq;
+      terms[row] = attn_sink_term(sinks[h], attn_row_grad<D>(stats + 2 * row, o + row * Dh, go + row * Dh, Dh));
     });
   }
 
@@ -190,11 +200,12 @@ TORCH_LIBRARY_FRAGMENT(rl_kernel, m) {
   m.def("silu_mul(Tensor gate, Tensor up) -> Tensor");
   m.def("silu_mul_backward(Tensor grad, Tensor gate, Tensor up) -> (Tensor, Tensor)");
   m.def(
-      "attention(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window=0) -> "
-      "(Tensor, Tensor)");
+      "attention(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window=0, "
+      "Tensor? sinks=None) -> (Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor stats, Tensor q_pos, "
       "Tensor k_start, float scale, int window=0) -> (Tensor, Tensor, Tensor)");
+  m.def("attention_sink_terms(Tensor grad, Tensor out, Tensor stats, Tensor sinks) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(rl_kernel, CPU, m) { rl::impl_decoder<rl::CpuExec>(m); }

@@ -118,7 +118,7 @@ struct GpuExec {
   static void attention(int64_t rows, int64_t Hq, int64_t Hkv, int64_t Tq, int64_t Tk, int64_t Dh,
                         const typename D::storage* q, const typename D::storage* k, const typename D::storage* v,
                         const int64_t* q_pos, const int64_t* k_start, float scale, int64_t window,
-                        typename D::storage* o, float* stats) {
+                        const float* sinks, typename D::storage* o, float* stats) {
     if (rows == 0) return;
     const int64_t group = Hq / Hkv, B = rows / (Hq * Tq);
     RL_CHECK(group <= RL_ATTN_MAX_WARPS, "rl_kernel: attention takes at most ", RL_ATTN_MAX_WARPS,
@@ -132,7 +132,17 @@ struct GpuExec {
                                           int(shared)));
     const dim3 grid(blocks_for(Tq, qc, "attention"), unsigned(Hkv), unsigned(B));
     launch_grid(attention_kernel<D>, grid, warps * RL_WARP, shared, Hq, Hkv, Tq, Tk, Dh, int(group), qc, q, k, v,
-                q_pos, k_start, scale, window, o, stats);
+                q_pos, k_start, scale, window, sinks, o, stats);
+  }
+
+  template <class D>
+  static void attention_sink_terms(int64_t B, int64_t Hq, int64_t Tq, int64_t Dh, const float* stats,
+                                   const typename D::storage* o, const typename D::storage* go, const float* sinks,
+                                   float* terms) {
+    if (B * Hq * Tq == 0) return;
+    RL_CHECK(B <= 65535 && Hq <= 65535, "rl_kernel: attention takes at most 65535 sequences and heads");
+    launch_grid(attention_sink_terms_kernel<D>, dim3(blocks_for(Tq, 128, "attention"), unsigned(Hq), unsigned(B)), 128,
+                0, Hq, Tq, Dh, stats, o, go, sinks, terms);
   }
 
   template <class D>

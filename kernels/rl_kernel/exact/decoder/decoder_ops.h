@@ -180,12 +180,21 @@ std::tuple<at::Tensor, at::Tensor> silu_mul_backward_op(const at::Tensor& grad, 
   return {dg, du};
 }
 
+// Attention sinks: float32 [heads of q] on q's device (one logit per query head), or none.
+inline void check_sinks(const std::optional<at::Tensor>& sinks, const at::Tensor& q) {
+  if (!sinks) return;
+  RL_CHECK(sinks->scalar_type() == at::kFloat && sinks->dim() == 1 && sinks->size(0) == q.size(1),
+           "rl_kernel: attention's sinks must be float32 [", q.size(1), "] (a logit per query head), got ",
+           sinks->scalar_type(), " ", sinks->sizes());
+  check_same_device(*sinks, q, "sinks", "q");
+}
+
 // Shapes only; the key ranges (0 <= k_start[b], q_pos[b, t] < Tk) are checked in Python (rl_kernel.exact.decoder.ops),
 // where a GPU tensor's values can be read.
 template <class Exec>
 std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                 const at::Tensor& q_pos, const at::Tensor& k_start, double scale,
-                                                int64_t window) {
+                                                int64_t window, const std::optional<at::Tensor>& sinks) {
   check_float(q, "q");
   RL_CHECK(window >= 0, "rl_kernel: attention's window must be >= 0 keys (0: none), got ", window);
   check_dim(q, 4, "q ([batch, heads, q_len, head_dim])");
@@ -206,15 +215,18 @@ std::tuple<at::Tensor, at::Tensor> attention_op(const at::Tensor& q, const at::T
               "rl_kernel: k_start must be int64 [batch] = [", B, "], got ", k_start.scalar_type(), " ", k_start.sizes());
   check_same_device(q_pos, q, "q_pos", "q");
   check_same_device(k_start, q, "k_start", "q");
+  check_sinks(sinks, q);
   const typename Exec::Guard guard(q);
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const at::Tensor qp = q_pos.contiguous(), ks = k_start.contiguous();
+  const at::Tensor sk = sinks ? sinks->contiguous() : at::Tensor();
   at::Tensor o = at::empty_like(qc);
   at::Tensor stats = at::empty({B, Hq, Tq, 2}, f32_like(q));
   dispatch_dtype(q, [&](auto d) {
     using D = decltype(d);
     Exec::template attention<D>(B * Hq * Tq, Hq, Hkv, Tq, Tk, Dh, data_of<D>(qc), data_of<D>(kc), data_of<D>(vc),
                                 qp.const_data_ptr<int64_t>(), ks.const_data_ptr<int64_t>(), float(scale), window,
+                                sinks ? sk.const_data_ptr<float>() : nullptr,
                                 reinterpret_cast<typename D::storage*>(o.data_ptr()), stats.data_ptr<float>());
   });
   return {o, stats};
@@ -253,13 +265,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_op(const at::T
   return {dq, dk, dv};
 }
 
+// The rows' terms of the sinks' gradient, [batch, heads, q_len] fp32 (attn_sink_term, from the forward's output and
+// statistics); the gradient of a head's sink is their section 2 tree over its rows (rl_kernel.exact.decoder.ops).
+template <class Exec>
+at::Tensor attention_sink_terms_op(const at::Tensor& grad, const at::Tensor& out, const at::Tensor& stats,
+                                   const at::Tensor& sinks) {
+  check_float(out, "out");
+  check_like(grad, out, "grad", "out");
+  check_dim(out, 4, "out ([batch, heads, q_len, head_dim])");
+  RL_CHECK(grad.sizes() == out.sizes(), "rl_kernel: grad must be shaped like out ", out.sizes());
+  RL_CHECK(stats.scalar_type() == at::kFloat && stats.dim() == 4 && stats.size(3) == 2 &&
+               stats.numel() == 2 * out.numel() / out.size(3),
+           "rl_kernel: stats must be the float32 [batch, heads, q_len, 2] statistics attention returned");
+  check_sinks(sinks, out);
+  check_same_device(stats, out, "stats", "out");
+  const typename Exec::Guard guard(out);
+  const at::Tensor g = grad.contiguous(), oc = out.contiguous(), st = stats.contiguous(), sk = sinks.contiguous();
+  const int64_t B = out.size(0), Hq = out.size(1), Tq = out.size(2), Dh = out.size(3);
+  at::Tensor terms = at::empty({B, Hq, Tq}, f32_like(out));
+  dispatch_dtype(out, [&](auto d) {
+    using D = decltype(d);
+    Exec::template attention_sink_terms<D>(B, Hq, Tq, Dh, st.const_data_ptr<float>(), data_of<D>(oc), data_of<D>(g),
+                                           sk.const_data_ptr<float>(), terms.data_ptr<float>());
+  });
+  return terms;
+}
+
 // Registers one executor's decoder operators under the dispatch key of m.
 template <class Exec>
 void impl_decoder(torch::Library& m) {
   impl_ops(m, "linear", &linear_op<Exec>, "rms_norm", &rms_norm_op<Exec>, "rms_norm_backward",
            &rms_norm_backward_op<Exec>, "rope_table", &rope_table_op<Exec>, "rotary", &rotary_op<Exec>, "silu_mul",
            &silu_mul_op<Exec>, "silu_mul_backward", &silu_mul_backward_op<Exec>, "attention", &attention_op<Exec>,
-           "attention_backward", &attention_backward_op<Exec>);
+           "attention_backward", &attention_backward_op<Exec>, "attention_sink_terms", &attention_sink_terms_op<Exec>);
 }
 
 }  // namespace rl

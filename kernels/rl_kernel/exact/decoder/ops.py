@@ -29,6 +29,7 @@ from rl_kernel._validate import (
     compiling,
     needs_autograd,
 )
+from rl_kernel.exact.common.tree import tree_adds
 
 FAMILY = "decoder"
 ATTN_TILE = 32  # keys per tile of the attention's online softmax (decoder/attention.cuh RL_ATTN_TILE)
@@ -73,13 +74,18 @@ def _silu_mul_backward_fake(grad, gate, up):
 
 
 @register_fake("rl_kernel::attention")
-def _attention_fake(q, k, v, q_pos, k_start, scale, window=0):
+def _attention_fake(q, k, v, q_pos, k_start, scale, window=0, sinks=None):
     return torch.empty_like(q), q.new_empty((*q.shape[:-1], 2), dtype=torch.float32)
 
 
 @register_fake("rl_kernel::attention_backward")
 def _attention_backward_fake(grad, q, k, v, out, stats, q_pos, k_start, scale, window=0):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+@register_fake("rl_kernel::attention_sink_terms")
+def _attention_sink_terms_fake(grad, out, stats, sinks):
+    return out.new_empty(out.shape[:-1], dtype=torch.float32)
 
 
 # ---- linear -------------------------------------------------------------------------------------
@@ -255,18 +261,24 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 # ---- attention ----------------------------------------------------------------------------------
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, q_pos, k_start, scale, window):
-        out, stats = ops.attention(q, k, v, q_pos, k_start, scale, window)
-        ctx.save_for_backward(q, k, v, out, stats, q_pos, k_start)
+    def forward(ctx, q, k, v, q_pos, k_start, scale, window, sinks):
+        out, stats = ops.attention(q, k, v, q_pos, k_start, scale, window, sinks)
+        ctx.save_for_backward(q, k, v, out, stats, q_pos, k_start, sinks)
         ctx.scale, ctx.window = scale, window
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, out, stats, q_pos, k_start = ctx.saved_tensors
-        dq, dk, dv = ops.attention_backward(grad.contiguous(), q, k, v, out, stats, q_pos, k_start, ctx.scale,
-                                            ctx.window)  # fmt: skip
-        return dq, dk, dv, None, None, None, None
+        q, k, v, out, stats, q_pos, k_start, sinks = ctx.saved_tensors
+        grad = grad.contiguous()
+        dq, dk, dv = ops.attention_backward(grad, q, k, v, out, stats, q_pos, k_start, ctx.scale, ctx.window)
+        dsinks = sink_grad(ops.attention_sink_terms(grad, out, stats, sinks)) if ctx.needs_input_grad[7] else None
+        return dq, dk, dv, None, None, None, None, dsinks
+
+
+def sink_grad(terms: torch.Tensor) -> torch.Tensor:
+    """The sinks' gradient from the rows' terms [B, Hq, Tq]: per head, section 2's tree over its rows (b, then t)."""
+    return tree_adds(terms.transpose(0, 1).reshape(terms.shape[1], -1), first=False)
 
 
 def attention(
@@ -279,6 +291,7 @@ def attention(
     *,
     validate: bool = True,
     window: int = 0,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention with grouped-query heads, one algorithm for prefill and decode.
 
@@ -288,7 +301,8 @@ def attention(
     tiles of 32 counted from the row's first key (an online softmax with the contract's exp), so a row's bits do
     not depend on Tq, on the padding, on the other rows, on how the cache was filled or on keys the window cuts.
     scale defaults to D^-0.5 (float64, rounded to float32). validate=True checks 0 <= k_start and q_pos < Tk (a
-    host sync).
+    host sync). sinks [Hq] (GPT-OSS's attention sinks): a logit per query head that joins each row's softmax before
+    its first key, with a zero value (read in fp32; its gradient per head is the tree over the head's rows).
     """
     check_logits(q, "q")
     for name, t, dtype in (
@@ -305,12 +319,13 @@ def attention(
             f"rl_kernel: q must be [batch, heads, q_len, head_dim <= {MAX_HEAD_DIM}], got {tuple(q.shape)}"
         )
     window = check_window(window)
+    sinks = check_sinks(sinks, q)
     if validate and not compiling():
         _check_key_ranges(q_pos, k_start, k.shape[2])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    if not needs_autograd(q, k, v):
-        return ops.attention(q, k, v, q_pos, k_start, scale, window)[0]
-    return _Attention.apply(q, k, v, q_pos, k_start, scale, window)
+    if not needs_autograd(q, k, v, sinks):
+        return ops.attention(q, k, v, q_pos, k_start, scale, window, sinks)[0]
+    return _Attention.apply(q, k, v, q_pos, k_start, scale, window, sinks)
 
 
 def check_window(window: object) -> int:
@@ -318,6 +333,20 @@ def check_window(window: object) -> int:
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise ValueError(f"rl_kernel: attention's window must be an int >= 0 keys (0: none), got {window!r}")
     return window
+
+
+def check_sinks(sinks: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor | None:
+    """Attention sinks: None, or a floating tensor of one logit per query head on q's device, as fp32 (a widening
+    cast, which autograd carries back to the parameter's dtype); a clear error otherwise."""
+    if sinks is None:
+        return None
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point() or tuple(sinks.shape) != (q.shape[1],):
+        got = f"{sinks.dtype} {tuple(sinks.shape)}" if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(f"rl_kernel: attention's sinks must be a floating tensor [{q.shape[1]}] (a logit per query "
+                         f"head), got {got}")  # fmt: skip
+    if sinks.device != q.device:
+        raise ValueError(f"rl_kernel: attention's sinks are on {sinks.device}, q on {q.device}")
+    return sinks.float().contiguous()
 
 
 def _check_key_ranges(q_pos: torch.Tensor, k_start: torch.Tensor, kv_len: int) -> None:
@@ -328,11 +357,11 @@ def _check_key_ranges(q_pos: torch.Tensor, k_start: torch.Tensor, kv_len: int) -
 
 
 def attention_with_stats(
-    q, k, v, q_pos, k_start, scale: float | None = None, window: int = 0
+    q, k, v, q_pos, k_start, scale: float | None = None, window: int = 0, sinks: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """attention and each row's final (m, l): the running max and the sum of exps, for diagnostics."""
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
-    return ops.attention(q, k, v, q_pos, k_start, scale, check_window(window))
+    return ops.attention(q, k, v, q_pos, k_start, scale, check_window(window), check_sinks(sinks, q))
 
 
 # ---- embedding ----------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from rl_kernel.exact.common.contract import (
     from_bf16_bits,
     from_f16_bits,
     max_nan,
+    row_sum,
     store_bits,
 )
 
@@ -320,8 +321,9 @@ def first_key(k_start: np.ndarray, j1: np.ndarray, window: int) -> np.ndarray:
 
 @_quiet
 def attention(
-    q, k, v, q_pos, k_start, scale: float, dtype: torch.dtype, tile_base=None, window: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
+    q, k, v, q_pos, k_start, scale: float, dtype: torch.dtype, tile_base=None, window: int = 0, sinks=None,
+    sink_last: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Causal GQA attention (11.2): (output bits [B, Hq, Tq, D], stats fp32 [B, Hq, Tq, 2] = (m, l)).
 
     Row (b, h, t) sees keys j0 = k_start[b] (with a window of w > 0 keys, max(k_start[b], j1 - w + 1)) .. j1 =
@@ -329,7 +331,9 @@ def attention(
     mt = max_nan(m, s_0, ...); alpha = exp_fold(m - mt); l *= alpha;
     acc *= alpha; per key in order p = exp_fold(s_u - mt), l += p, acc_d = fma_rn(p, v_u[d], acc_d); m = mt.
     Output store_out(acc * rcp_pos(l)), canonical NaN if m is NaN or +inf, +0 if j1 < j0; stats
-    (no_neg_zero(m), l), canonical. tile_base [B] counts the tiles from another key (a wrong variant).
+    (no_neg_zero(m), l), canonical. With sinks [Hq] (a logit per query head) a row starts from m = sink, l = 1:
+    the sink joins first, a key with a zero value. tile_base [B] counts the tiles from another key and sink_last
+    joins the sink after the row's last tile (wrong variants).
     """
     v = _f32(v)
     b_, hq, tq, dh = q.shape
@@ -349,6 +353,9 @@ def attention(
     m = np.full(rows, -FLT_MAX, dtype=F32)
     lsum = np.zeros(rows, dtype=F32)  # the doc's l
     acc = np.zeros((rows, dh), dtype=F32)
+    sink = None if sinks is None else np.broadcast_to(_f32(sinks)[None, :, None], (b_, hq, tq)).reshape(rows)
+    if sink is not None and not sink_last:
+        m, lsum = sink.copy(), np.full(rows, ONE, dtype=F32)
     ntiles = int(max(0, ((j1 - base) // ATTN_TILE + 1).max(initial=0)))
     for tile in range(ntiles):
         keys = (base + tile * ATTN_TILE)[:, None] + np.arange(ATTN_TILE)[None, :]  # [rows, 32]
@@ -369,6 +376,11 @@ def attention(
             lsum = np.where(ok, lsum + p, lsum)
             acc = np.where(ok[:, None], fma_rn(p[:, None], vu[:, u], acc), acc)
         m = np.where(active, mt, m)
+    if sink is not None and sink_last:  # the wrong variant: the sink as one more tile
+        mt = max_nan(m, sink)
+        lsum = lsum * exp_fold(m - mt) + exp_fold(sink - mt)
+        acc = acc * exp_fold(m - mt)[:, None]
+        m = mt
 
     empty = j1 < j0
     bad = ~(m <= FLT_MAX)
@@ -448,3 +460,20 @@ def attention_backward(
             ak = np.where(ok, fma_rn(dsg[:, :, g, i, :, None], qg[:, :, g, i, None, :], ak), ak)
             av = np.where(ok, fma_rn(pg[:, :, g, i, :, None], dog[:, :, g, i, None, :], av), av)
     return dq, store_out(ak * F32(scale), dtype), store_out(av, dtype)
+
+
+@_quiet
+def attention_sink_grad(do, o, stats, sinks) -> np.ndarray:
+    """The sinks' gradient (11.2), fp32 [Hq]: per row, with the backward's bad, r and Dr, the sink's pair term
+    dS = p * (0 - Dr), p = exp_fold(sink - m) * r (canonical NaN if bad); per head, row_sum over its rows (b, then
+    t)."""
+    do, o, stats, sinks = _f32(do), _f32(o), _f32(stats), _f32(sinks)
+    m = stats[..., 0]
+    bad = ~(m <= FLT_MAX)
+    r = np.where(bad, ZERO, rcp_pos(stats[..., 1]))
+    dr = np.zeros(m.shape, dtype=F32)
+    for d in range(do.shape[-1]):
+        dr = fma_rn(do[..., d], o[..., d], dr)
+    p = exp_fold(sinks[None, :, None] - m) * r
+    terms = np.where(bad, CANONICAL_NAN, p * (ZERO - dr))
+    return np.stack([row_sum(terms[:, h].reshape(-1)) for h in range(terms.shape[1])])

@@ -29,7 +29,7 @@ import torch
 from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
 from rl_kernel._triton import tl, triton
 from rl_kernel._validate import compiling, needs_autograd
-from rl_kernel.exact.decoder.ops import check_window
+from rl_kernel.exact.decoder.ops import check_sinks, check_window
 from rl_kernel.fast.decoder import plan as plans
 from rl_kernel.fast.decoder.attention_backward import backward
 from rl_kernel.fast.decoder.attention_tiles import (
@@ -112,6 +112,7 @@ def _attn_fwd_kernel(
     lse_ptr,
     qpos_ptr,
     kstart_ptr,
+    sinks_ptr,
     qk_scale,
     Tq,
     Tk,
@@ -140,6 +141,7 @@ def _attn_fwd_kernel(
     BLOCK_N: tl.constexpr,
     ROWS_T: tl.constexpr,
     WINDOWED: tl.constexpr,
+    HAS_SINK: tl.constexpr,
 ):
     b, hkv, t64, h, valid, ks, qp, on = _query_block(
         qpos_ptr, kstart_ptr, Tq, Hkv, sp_b, lanes, window, G, BLOCK_M, ROWS_T, BLOCK_N, WINDOWED
@@ -156,6 +158,9 @@ def _attn_fwd_kernel(
     v_base = v_ptr + b * sv_b + hkv.to(tl.int64) * sv_h
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
+    if HAS_SINK:  # the head's sink joins the row's softmax first, as a key with a zero value: m = sink, l = 1
+        m_i = tl.load(sinks_ptr + h, mask=valid, other=float("-inf")) * LOG2E
+        l_i = tl.where(valid, 1.0, 0.0)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if WINDOWED:
         first = tl.maximum(qp - window + 1, ks)
@@ -210,15 +215,19 @@ def _attn_fwd_kernel(
 
 
 # ---- launch -----------------------------------------------------------------------------------------
-def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None, window: int = 0):
-    """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores).
-    cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier) only);
-    plan: the call's plan key (fast.decoder.plan; the pinned config's calls only); window: a sliding window of that
-    many keys (0: none), each block then ROWS_T query positions a key tile apart (_spaced_rows), taken class by class
-    (_window_class): each row's tiles are counted from its own first key."""
+def forward(
+    q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan: tuple | None = None, window: int = 0,
+    sinks: torch.Tensor | None = None,
+):  # fmt: skip
+    """(out [B, Hq, Tq, D] in q's dtype, lse [B, Hq, Tq] fp32: log2-sum-exp2 of the scaled scores, the sink's
+    included). cfg overrides the pinned config (the tuning sweep of bench/fast_tier.py (python -m bench fast_tier)
+    only); plan: the call's plan key (fast.decoder.plan; the pinned config's calls only); window: a sliding window of
+    that many keys (0: none), each block then ROWS_T query positions a key tile apart (_spaced_rows), taken class by
+    class (_window_class): each row's tiles are counted from its own first key. sinks: fp32 [Hq], a logit per query
+    head that starts each row's softmax (m = sink, l = 1)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
-    if cfg is not None or window:
+    if cfg is not None or window or sinks is not None:
         plan = None
     cfg = _cfg(q, cfg)
     g = _check_group(hq, hkv, cfg["block_m"])
@@ -230,10 +239,11 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
     blocks, lanes = spaced_blocks(tq, rows_t, cfg["block_n"]) if window else (triton.cdiv(tq, rows_t), 1)
     grid = (blocks, bsz * hkv)
     replay = (launch if plan is None else launch_replay)(
-        _attn_fwd_kernel, grid, *forward_operands(q, k, v, q_pos, k_start, out, lse), scale * LOG2E, tq, tk, hkv,
+        _attn_fwd_kernel, grid, *forward_operands(q, k, v, q_pos, k_start, out, lse, sinks), scale * LOG2E, tq, tk, hkv,
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3], *lse.stride()[:2], q_pos.stride(0),
         window, lanes, G=g, HEAD_D=d, BLOCK_D=cfg["block_d"], BLOCK_M=cfg["block_m"], BLOCK_N=cfg["block_n"],
-        ROWS_T=rows_t, WINDOWED=window > 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        ROWS_T=rows_t, WINDOWED=window > 0, HAS_SINK=sinks is not None, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"],
         **cfg["launch"],
     )  # fmt: skip
     if plan is not None and replay is not None:  # None: a launch that cannot be replayed
@@ -241,9 +251,10 @@ def forward(q, k, v, q_pos, k_start, scale: float, cfg: dict | None = None, plan
     return out, lse
 
 
-def forward_operands(q, k, v, q_pos, k_start, out, lse) -> tuple[torch.Tensor, ...]:
-    """The forward kernel's tensor arguments, in its order (the launch and its plan)."""
-    return q, k, v, out, lse, q_pos, k_start
+def forward_operands(q, k, v, q_pos, k_start, out, lse, sinks=None) -> tuple[torch.Tensor, ...]:
+    """The forward kernel's tensor arguments, in its order (the launch and its plan, which has no sinks: lse stands in
+    for them, unread)."""
+    return q, k, v, out, lse, q_pos, k_start, lse if sinks is None else sinks
 
 
 # The forward kernel's parameters for plan.cache_ints (in its order): its plan takes them anew.
@@ -260,14 +271,15 @@ def _fresh_positions() -> tuple[int, ...]:
 @torch.library.custom_op(
     "rl_kernel_fast::attention",
     mutates_args=(),
-    schema="(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window) -> (Tensor, Tensor)",
+    schema="(Tensor q, Tensor k, Tensor v, Tensor q_pos, Tensor k_start, float scale, int window, Tensor? sinks) -> "
+    "(Tensor, Tensor)",
 )
-def _attention_op(q, k, v, q_pos, k_start, scale, window):
-    return forward(q, k, v, q_pos, k_start, scale, window=window)
+def _attention_op(q, k, v, q_pos, k_start, scale, window, sinks):
+    return forward(q, k, v, q_pos, k_start, scale, window=window, sinks=sinks)
 
 
 @_attention_op.register_fake
-def _(q, k, v, q_pos, k_start, scale, window):
+def _(q, k, v, q_pos, k_start, scale, window, sinks):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -275,29 +287,30 @@ def _(q, k, v, q_pos, k_start, scale, window):
     "rl_kernel_fast::attention_backward",
     mutates_args=(),
     schema="(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor q_pos, Tensor k_start, "
-    "float scale, int window) -> (Tensor, Tensor, Tensor)",
+    "float scale, int window, Tensor? sinks) -> (Tensor, Tensor, Tensor, Tensor)",
 )
-def _attention_backward_op(grad, q, k, v, out, lse, q_pos, k_start, scale, window):
-    return backward(grad, q, k, v, out, lse, q_pos, k_start, scale, window=window)
+def _attention_backward_op(grad, q, k, v, out, lse, q_pos, k_start, scale, window, sinks):
+    return backward(grad, q, k, v, out, lse, q_pos, k_start, scale, window=window, sinks=sinks)
 
 
 @_attention_backward_op.register_fake
-def _(grad, q, k, v, out, lse, q_pos, k_start, scale, window):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _(grad, q, k, v, out, lse, q_pos, k_start, scale, window, sinks):
+    dsinks = q.new_empty((0,), dtype=torch.float32) if sinks is None else torch.empty_like(sinks)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, q_pos, k_start, scale, window = inputs
+    q, k, v, q_pos, k_start, scale, window, sinks = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, q_pos, k_start)
+    ctx.save_for_backward(q, k, v, out, lse, q_pos, k_start, sinks)
     ctx.scale, ctx.window = scale, window
 
 
 def _backward(ctx, grad_out, _grad_lse):
-    q, k, v, out, lse, q_pos, k_start = ctx.saved_tensors
-    dq, dk, dv = _attention_backward_op(grad_out.contiguous(), q, k, v, out, lse, q_pos, k_start, ctx.scale,
-                                        ctx.window)  # fmt: skip
-    return dq, dk, dv, None, None, None, None
+    q, k, v, out, lse, q_pos, k_start, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = _attention_backward_op(grad_out.contiguous(), q, k, v, out, lse, q_pos, k_start, ctx.scale,
+                                                ctx.window, sinks)  # fmt: skip
+    return dq, dk, dv, None, None, None, None, (dsinks if sinks is not None else None)
 
 
 _attention_op.register_autograd(_backward, setup_context=_setup_context)
@@ -305,8 +318,9 @@ _attention_op.register_autograd(_backward, setup_context=_setup_context)
 
 # ---- the public entry -----------------------------------------------------------------------------------
 def attention(
-    q, k, v, q_pos, k_start, scale: float | None = None, *, validate: bool = True, window: int = 0
-) -> torch.Tensor:
+    q, k, v, q_pos, k_start, scale: float | None = None, *, validate: bool = True, window: int = 0,
+    sinks: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """rl_kernel.fast.attention after its device/dtype checks: shapes and key ranges, then the kernels."""
     if q.dim() != 4 or k.dim() != 4 or v.shape != k.shape:
         raise ValueError(
@@ -333,6 +347,7 @@ def attention(
         if q_pos.numel() and int(q_pos.max()) >= k.shape[2]:
             raise ValueError(f"rl_kernel.fast.attention: q_pos {int(q_pos.max())} is past the {k.shape[2]} keys")
     window = check_window(window)
+    sinks = check_sinks(sinks, q)
     scale = d**-0.5 if scale is None else float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"rl_kernel.fast.attention: scale must be finite, got {scale}")
@@ -340,7 +355,7 @@ def attention(
         q_pos, k_start = q_pos.to(torch.int64), k_start.to(torch.int64)
     q_pos, k_start = q_pos.contiguous(), k_start.contiguous()
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if not needs_autograd(q, k, v):
+    if not needs_autograd(q, k, v, sinks):
         plan = None if validate or window else plans.attention_key(q, k, v, q_pos, k_start, scale)  # a decode step's
-        return forward(q, k, v, q_pos, k_start, scale, plan=plan, window=window)[0]
-    return _attention_op(q, k, v, q_pos, k_start, scale, window)[0]
+        return forward(q, k, v, q_pos, k_start, scale, plan=plan, window=window, sinks=sinks)[0]
+    return _attention_op(q, k, v, q_pos, k_start, scale, window, sinks)[0]

@@ -10,6 +10,7 @@ import torch
 
 from rl_kernel._triton import jit as _jit  # Triton where installed: rl_kernel.fast reports it missing on a call
 from rl_kernel._triton import tl, triton
+from rl_kernel.aten.ops import tree_sum
 from rl_kernel.fast.decoder.attention_tiles import (
     LOG2E,
     _cfg,
@@ -190,8 +191,12 @@ def _attn_bwd_dq_kernel(
     tl.store(dq_ptr + qd_ptrs, (dq * scale).to(dq_ptr.dtype.element_ty), mask=qd_mask)
 
 
-def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | None = None, window: int = 0):
-    """(dq, dk, dv): deterministic (fixed loops, one writer per element, no atomics)."""
+def backward(
+    dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | None = None, window: int = 0,
+    sinks: torch.Tensor | None = None,
+):  # fmt: skip
+    """(dq, dk, dv, dsinks): deterministic (fixed loops, one writer per element, no atomics); dsinks fp32 [Hq] (empty
+    without sinks): per head, the tree over its rows of p_sink * (0 - D), p_sink = exp2(sink * log2(e) - lse)."""
     bsz, hq, tq, d = q.shape
     hkv, tk = k.shape[1], k.shape[2]
     cfg = _cfg(q, cfg)
@@ -201,8 +206,9 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
     dq = torch.empty_like(q)
     dk = torch.zeros_like(k)  # keys before k_start (padding) get no gradient
     dv = torch.zeros_like(v)
+    none = q.new_empty((0,), dtype=torch.float32) if sinks is None else torch.zeros_like(sinks)
     if q.numel() == 0 or k.numel() == 0:
-        return dq.zero_(), dk, dv
+        return dq.zero_(), dk, dv, none
     options = dict(num_warps=cfg["bwd_num_warps"], num_stages=cfg["bwd_num_stages"], **cfg["launch"])
     delta = torch.empty((bsz, hq, tq), dtype=torch.float32, device=q.device)
     rows = bsz * hq * tq
@@ -217,4 +223,13 @@ def backward(dout, q, k, v, out, lse, q_pos, k_start, scale: float, cfg: dict | 
     blocks, lanes = spaced_blocks(tq, rows_t, bn) if window else (triton.cdiv(tq, rows_t), 1)
     launch(_attn_bwd_dq_kernel, (blocks, bsz * hkv), q, k, v, dout, lse, delta, dq, *args, lanes, ROWS_T=rows_t,
            **common)  # fmt: skip
-    return dq, dk, dv
+    return dq, dk, dv, none if sinks is None else sink_grad(sinks, lse, delta, q_pos >= k_start[:, None])
+
+
+def sink_grad(sinks: torch.Tensor, lse: torch.Tensor, delta: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+    """The sinks' gradient: a sink is a key with a zero value, so each row's term is p * (0 - D) with p = exp2(sink *
+    log2(e) - lse); a row that sees no key (on [B, Tq] false) has none. Per head, the tree over its rows (b, then t):
+    elementwise torch and the tree's adds, the same bits run to run."""
+    p = torch.exp2(sinks[None, :, None] * LOG2E - lse)
+    terms = torch.where(on[:, None, :], p * (0.0 - delta), 0.0)
+    return tree_sum(terms.transpose(0, 1).reshape(sinks.shape[0], -1))
