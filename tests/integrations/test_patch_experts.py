@@ -188,19 +188,24 @@ def test_a_tokens_gradient_is_its_own_and_an_experts_its_tokens() -> None:
             assert bits_equal(full[w][e], own[w][e]), f"expert {e} {w}: {diff(full[w][e], own[w][e])}"
 
 
-def grouped_against_the_tier_linear(tier: str, device: str, dtype: torch.dtype) -> list[str]:
+def grouped_against_the_tier_linear(tier: str, device: str, dtype: torch.dtype, transposed: bool = False) -> list[str]:
     """GroupedMM over 6 experts (one empty) against the tier's own linear (nn.Linear's [N, K] weights) of each
-    expert's rows alone, forward and backward: the names of the tensors that differ."""
+    expert's rows alone, forward and backward: the names of the tensors that differ. transposed: b [E, K, N] is a
+    view of an [E, N, K] parameter (transformers' experts), whose gradient must come in the parameter's layout."""
     L, g = tiers.get(tier).namespace(), torch.Generator().manual_seed(5)
     counts = [7, 0, 300, 1, 40, 613]  # hundreds of rows: a BLAS would block dW's sum over them
     a = torch.randn(sum(counts), 48, generator=g).to(dtype).to(device).requires_grad_()
-    b = (torch.randn(6, 48, 40, generator=g) / 7).to(dtype).to(device).requires_grad_()
+    b = (torch.randn(6, 48, 40, generator=g) / 7).to(dtype).to(device)
+    b = (b.transpose(-2, -1).contiguous().transpose(-2, -1) if transposed else b).requires_grad_()
     grad = torch.randn(sum(counts), 40, generator=g).to(dtype).to(device)
     ends = torch.tensor(counts).cumsum(0).to(torch.int32).to(device)
     product = E.tier_product(L.linear, getattr(L, "mm", None))
     out = E.GroupedMM.apply(a, b, ends, product, getattr(L, "grouped_mm", None))
+    (db,) = torch.autograd.grad(out, b, grad, retain_graph=True)  # as the backward made it (b.grad: after a copy)
     out.backward(grad)
     differ, start = [], 0
+    if db.stride() != b.stride():
+        differ.append(f"dB's layout {db.stride()} is not the weight's {b.stride()}")
     for e, n in enumerate(counts):
         if n == 0:  # an expert that received no row: no product, a zero dW
             differ += [] if bits_equal(b.grad[e], torch.zeros_like(b.grad[e])) else [f"expert {e} dB (empty)"]
@@ -223,7 +228,8 @@ def test_each_experts_rows_and_gradients_are_the_tier_linears() -> None:
     """The grouped product's rows, dX and dW are those of the tier's linear over the expert's rows alone: whatever
     rows, and however many, each expert received; dW over its rows in row order."""
     for dtype in (torch.float32, torch.bfloat16):
-        assert not grouped_against_the_tier_linear("exact", "cpu", dtype)
+        for transposed in (False, True):
+            assert not grouped_against_the_tier_linear("exact", "cpu", dtype, transposed)
 
 
 def test_a_routing_weights_gradient_is_the_tree_over_its_row() -> None:
@@ -292,7 +298,8 @@ def test_the_fast_tier_experts_generate_equals_every_forward(family: str, rollou
 
 @pytest.mark.gpu
 def test_the_fast_tier_experts_rows_and_gradients_are_the_fast_linears() -> None:
-    assert not grouped_against_the_tier_linear("fast", "cuda", torch.bfloat16)
+    for transposed in (False, True):
+        assert not grouped_against_the_tier_linear("fast", "cuda", torch.bfloat16, transposed)
 
 
 @pytest.mark.gpu

@@ -47,6 +47,7 @@ from rl_kernel.triton_tier import launch, launch_replay
 # windowed block's class: its rows see every key, the others none), window (a row sees first .. q_pos).
 _constexpr = tl.constexpr if tl is not None else int  # globals a kernel reads; plain ints where Triton is missing
 NONE, CAUSAL, ROWS, WINDOW = _constexpr(0), _constexpr(1), _constexpr(2), _constexpr(3)
+SINK_SCALE = _constexpr(LOG2E)  # a sink's logit in the kernel's log2 units
 
 
 @_jit
@@ -159,7 +160,7 @@ def _attn_fwd_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     if HAS_SINK:  # the head's sink joins the row's softmax first, as a key with a zero value: m = sink, l = 1
-        m_i = tl.load(sinks_ptr + h, mask=valid, other=float("-inf")) * LOG2E
+        m_i = tl.load(sinks_ptr + h, mask=valid, other=float("-inf")) * SINK_SCALE
         l_i = tl.where(valid, 1.0, 0.0)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if WINDOWED:
