@@ -166,6 +166,21 @@ def test_bad_sinks_are_refused_by_name() -> None:
         torch.ops.rl_kernel.attention(q, k, v, q_pos, k_start, 0.25, 0, sinks.double())
 
 
+def test_the_patched_attention_function_takes_a_modules_sinks() -> None:
+    """The attention function patch() registers passes the sinks a module hands it (s_aux, as GPT-OSS's attention
+    does) to the tier's attention; without them the bits differ."""
+    from rl_kernel import tiers
+    from rl_kernel.bitwise import bits_equal
+    from rl_kernel.integrations import patched
+
+    q, k, v, q_pos, k_start, sinks, _ = _case(torch.bfloat16, seed=4)
+    layers, positions = tiers.get("exact").namespace(), {"rl_q_pos": q_pos, "rl_k_start": k_start}
+    out, _ = patched.tier_attention(layers, None, q, k, v, None, D**-0.5, s_aux=sinks, **positions)
+    assert_bits(out, rl_kernel.attention(q, k, v, q_pos, k_start, D**-0.5, sinks=sinks).transpose(1, 2), "sinks")
+    plain, _ = patched.tier_attention(layers, None, q, k, v, None, D**-0.5, **positions)
+    assert not bits_equal(plain, out)
+
+
 # ---- on a GPU --------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("window", WINDOWS)

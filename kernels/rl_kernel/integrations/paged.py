@@ -88,7 +88,8 @@ def paged_attention(
     # A windowed layer's keys are its sliding cache's (the request's latest keys, then its new ones): the window
     # counted back from each query's slot cuts the same keys as in the forward, and the row's tiles start there.
     window = patched.window_of(kwargs)
-    out = layers.attention(q_pad, k_pad, v_pad, q_pos, k_start, scaling, validate=False, window=window)
+    out = layers.attention(q_pad, k_pad, v_pad, q_pos, k_start, scaling, validate=False, window=window,
+                           sinks=kwargs.get("s_aux"))  # fmt: skip
     return _packed(out, cu_q, query.shape[2]).unsqueeze(0), None
 
 

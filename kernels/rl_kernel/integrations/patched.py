@@ -34,7 +34,8 @@ def tier_attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature over a tier's attention (`layers`, bound by patch). The query
     rows' slots and each sequence's first valid key (rl_q_pos, rl_k_start) come from the patched model's
-    forward; a windowed layer's module passes its window (sliding_window)."""
+    forward; a windowed layer's module passes its window (sliding_window), one with attention sinks its sinks
+    (s_aux, as GPT-OSS's attention does)."""
     q_pos, k_start = kwargs.get("rl_q_pos"), kwargs.get("rl_k_start")
     if q_pos is None or k_start is None:
         raise RuntimeError(
@@ -45,9 +46,8 @@ def tier_attention(
     window = window_of(kwargs)
     if window:
         q_pos, k_start = kept_keys(q_pos, k_start, key.shape[2])
-    out = layers.attention(
-        query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling, validate=False, window=window
-    )
+    out = layers.attention(query.contiguous(), key.contiguous(), value.contiguous(), q_pos, k_start, scaling,
+                           validate=False, window=window, sinks=kwargs.get("s_aux"))  # fmt: skip
     return out.transpose(1, 2).contiguous(), None
 
 
