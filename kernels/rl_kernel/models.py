@@ -18,10 +18,10 @@ from torch import nn
 
 # ---- the Hugging Face tiny models --------------------------------------------------------------------
 FAMILIES = ("llama", "qwen2", "qwen3")  # what the harness's model workload takes, patched
-MIXTURES = ("qwen3_moe", "olmoe")  # patch()'s mixtures of experts (transformers' default experts implementation)
+MIXTURES = ("qwen3_moe", "olmoe", "gpt_oss")  # patch()'s mixtures of experts (transformers' default implementation)
 PATCHED = (*FAMILIES, "mistral", *MIXTURES)  # every tiny architecture patch() takes (the others: rl_kernel.mode)
 # Every architecture tiny_config builds: PATCHED, and those only rl_kernel.mode reaches (docs/architecture.md).
-ARCHITECTURES = (*PATCHED, "phi3", "olmo2", "gemma2", "gemma3", "gpt_oss")
+ARCHITECTURES = (*PATCHED, "phi3", "olmo2", "gemma2", "gemma3")
 PAD = 0
 WINDOW = 6  # the windowed architectures' sliding window: prompts of up to 8 tokens and their completions exceed it
 

@@ -31,7 +31,8 @@ def mismatches(model, rollout: str, device: str) -> dict[str, str]:
 def test_patched_experts_generate_equals_every_forward(family: str, dtype: str, rollout: str) -> None:
     model = models.tiny_model(family, VOCAB, dtype=dtype, tier="exact")
     assert type(model.model.layers[0].mlp.experts).forward is E.experts_forward
-    assert type(model.model.layers[0].mlp.gate).forward is E.router_forward
+    mlp = model.model.layers[0].mlp
+    assert type(getattr(mlp, "gate", None) or mlp.router).forward is E.router_forward  # GPT-OSS's: router
     assert not mismatches(model, rollout, "cpu")
 
 
@@ -55,9 +56,33 @@ def test_a_patched_grpo_step_has_ratios_of_one_and_repeats(family: str) -> None:
     assert bits_equal(first.ratios, torch.ones_like(first.ratios)), diff(first.ratios, torch.ones_like(first.ratios))
     assert all(bits_equal(first.weights[n], again.weights[n]) for n in first.weights)
     start = models.tiny_weights(family, VOCAB, 0).state_dict()
-    moe = [n for n in first.weights if ".mlp.gate." in n or ".mlp.experts." in n]
+    moe = [n for n in first.weights if any(f".mlp.{part}." in n for part in ("gate", "router", "experts"))]
     assert moe and all(not torch.equal(first.weights[n], start[n]) for n in moe), "a router or expert weight is unmoved"
     assert not bits_equal(stock.ratios, torch.ones_like(stock.ratios)), "stock's ratios are all 1: cannot fail"
+
+
+def logits_gap(patched, stock, ids: torch.Tensor, mask: torch.Tensor) -> float:
+    """The largest |patched - stock| logit over a left-padded batch's real tokens, relative to stock's largest."""
+    with torch.no_grad():
+        got, want = (m(input_ids=ids, attention_mask=mask).logits for m in (patched, stock))
+    real = mask.bool()
+    return ((got - want)[real].abs().max() / want[real].abs().max()).item()
+
+
+@pytest.mark.parametrize("family", models.MIXTURES)
+def test_the_patched_mixtures_compute_their_models(family: str) -> None:
+    """The patched model (exact tier, fp32) is its architecture: within fp32 rounding of stock's logits (GPT-OSS: its
+    sinks, biased and interleaved experts with their own activation, softmax over the top k, half rotary tables).
+    The control: stock with its sinks (GPT-OSS) or its router moved is far outside the bound."""
+    ids, mask = models.sequences(3, 9, 4, VOCAB, seed=2)
+    patched, stock = models.tiny_model(family, VOCAB, tier="exact"), models.tiny_model(family, VOCAB)
+    assert logits_gap(patched, stock, ids, mask) < 1e-4
+    g = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for name, p in stock.named_parameters():
+            if name.endswith("sinks") or ".mlp.gate." in name or ".mlp.router." in name:
+                p.add_(torch.randn(p.shape, generator=g))
+    assert logits_gap(patched, stock, ids, mask) > 1e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -232,6 +257,36 @@ def test_each_experts_rows_and_gradients_are_the_tier_linears() -> None:
             assert not grouped_against_the_tier_linear("exact", "cpu", dtype, transposed)
 
 
+def test_an_experts_bias_gradient_is_the_tier_linears() -> None:
+    """GPT-OSS's expert biases: each row plus its expert's bias (one add in the rows' dtype); the bias's gradient is
+    the tier linear's own over that expert's rows alone (db = linear(dy^T, 1): the rounded sum in row order), where
+    autograd's index backward would add them atomically on a GPU (fp32 here: bf16's rounding would hide an order)."""
+    L, g = tiers.get("exact").namespace(), torch.Generator().manual_seed(9)
+    counts = [5, 0, 300, 41]
+    ends = torch.tensor(counts).cumsum(0).to(torch.int32)
+    experts = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    rows = torch.randn(sum(counts), 24, generator=g).requires_grad_()
+    bias = torch.randn(len(counts), 24, generator=g).requires_grad_()
+    grad = torch.randn(sum(counts), 24, generator=g)
+    out = E._Bias.apply(rows, bias, experts, ends, E.tier_product(L.linear, getattr(L, "mm", None)), None)
+    assert bits_equal(out, rows + bias[experts])
+    out.backward(grad)
+    assert bits_equal(rows.grad, grad)
+    start = 0
+    for e, n in enumerate(counts):
+        if n == 0:  # an expert that received no row: a zero gradient
+            assert bits_equal(bias.grad[e], torch.zeros(24, dtype=torch.float32))
+            continue
+        b = torch.zeros(24, dtype=torch.float32, requires_grad=True)
+        L.linear(torch.zeros(n, 8, dtype=torch.float32), torch.zeros(24, 8, dtype=torch.float32), b).backward(
+            grad[start : start + n]
+        )
+        assert bits_equal(bias.grad[e], b.grad), f"expert {e}: {diff(bias.grad[e], b.grad)}"
+        start += n
+    summed = torch.stack([grad[experts == e].sum(0) for e in range(len(counts))])
+    assert not bits_equal(summed, bias.grad), "the control: torch's sum over each expert's rows, in its own order"
+
+
 def test_a_routing_weights_gradient_is_the_tree_over_its_row() -> None:
     """d out / d weight[t, j] = the tree's sum over the hidden dim of upstream[t] * the (t, j) row before weighting
     (written out token by token here), not torch's sum."""
@@ -275,7 +330,8 @@ def test_the_combine_and_spread_orders_are_caught(monkeypatch: pytest.MonkeyPatc
 
 
 def test_experts_patch_does_not_serve_are_refused() -> None:
-    """Biases, interleaved gate/up, expert parallelism: refused by name (rl_kernel.mode serves GPT-OSS's)."""
+    """Biases, interleaved gate/up, expert parallelism: refused by name outside GPT-OSS's form (biases, interleaved
+    gate/up and its own activation), and there expert parallelism or a missing down_proj bias."""
     block = Block(4, 8, 8, torch.float32)
     E.check_experts(block)
     for flag, value in (("has_bias", True), ("is_concatenated", False), ("_is_expert_parallel", True)):
@@ -283,8 +339,14 @@ def test_experts_patch_does_not_serve_are_refused() -> None:
         with pytest.raises(ValueError, match=flag):
             E.check_experts(block)
         setattr(block, flag, E.EXPERT_FLAGS[flag])
-    with pytest.raises(TypeError, match="patch supports"):
-        models.tiny_model("gpt_oss", VOCAB, tier="exact")
+    gpt_oss = models.tiny_model("gpt_oss", VOCAB).model.layers[0].mlp.experts  # biases, interleaved: served
+    E.check_experts(gpt_oss)
+    gpt_oss._is_expert_parallel = True
+    with pytest.raises(ValueError, match="_is_expert_parallel"):
+        E.check_experts(gpt_oss)
+    gpt_oss._is_expert_parallel, gpt_oss.down_proj_bias = False, None
+    with pytest.raises(ValueError, match="down_proj_bias"):
+        E.check_experts(gpt_oss)
 
 
 @pytest.mark.gpu

@@ -36,10 +36,29 @@ EXPERT_FLAGS = {"has_gate": True, "is_concatenated": True, "has_bias": False, "h
                 "_is_expert_parallel": False}  # fmt: skip
 
 
+# Routers that take the top k of their logits and softmax those k (the others softmax every logit, then take the top k).
+SOFTMAX_OF_TOP = ("GptOssTopKRouter",)
+
+
+def own_gate(module: nn.Module) -> bool:
+    """GPT-OSS's experts: biases, gate and up interleaved, and their own activation (_apply_gate: clamped SwiGLU)."""
+    return callable(getattr(module, "_apply_gate", None)) and isinstance(
+        getattr(module, "gate_up_proj_bias", None), torch.Tensor
+    )
+
+
 def check_experts(module: nn.Module) -> None:
-    """A ValueError naming what patch() does not serve in an experts module (biases, interleaved gate/up, experts
-    without a gate, a norm after each expert, expert parallelism)."""
+    """A ValueError naming what patch() does not serve in an experts module (biases or interleaved gate/up outside
+    GPT-OSS's form, experts without a gate, a norm after each expert, expert parallelism)."""
+    if own_gate(module):  # GPT-OSS: biases and interleaved gate/up through its own _apply_gate
+        for flag in ("has_post_expert_norm", "_is_expert_parallel"):
+            if getattr(module, flag, False):
+                raise ValueError(f"rl_kernel: {type(module).__name__} with {flag}=True is not supported")
+        if not isinstance(getattr(module, "down_proj_bias", None), torch.Tensor):
+            raise ValueError(f"rl_kernel: {type(module).__name__} has a gate_up bias but no down_proj_bias")
     for flag, served in EXPERT_FLAGS.items():
+        if own_gate(module) and flag in ("has_bias", "is_concatenated", "_is_expert_parallel"):
+            continue
         if getattr(module, flag, served) != served:
             raise ValueError(
                 f"rl_kernel: {type(module).__name__} with {flag}={getattr(module, flag)!r} is not supported (patch() "
@@ -65,7 +84,13 @@ def probe_router(module: nn.Module) -> None:
 # eager forward's, and the exact tier's grouped product reads its groups on the host.
 @torch.compiler.disable
 def router_forward(self: nn.Module, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(logits, the top k's weights, their experts), as this transformers' TopKRouter returns them (probe_router)."""
+    """(logits, the top k's weights, their experts), as this transformers' TopKRouter returns them (probe_router);
+    GPT-OSS's (SOFTMAX_OF_TOP): the logits with its bias, the top k of the logits, their softmax in the logits'
+    dtype."""
+    if getattr(type(self), "_rl_original", type(self)).__name__ in SOFTMAX_OF_TOP:
+        logits = self._rl_layers.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight, self.bias)
+        top, experts = topk(logits, self.top_k)
+        return logits, _Softmax.apply(top).to(logits.dtype), experts
     probabilities_first, weights_in_dtype = self.__dict__.get("_rl_router", (False, True))
     logits = self._rl_layers.linear(hidden_states.reshape(-1, self.hidden_dim), self.weight, None)
     probabilities = _Softmax.apply(logits)
@@ -89,13 +114,21 @@ def experts_forward(
     ends = torch.searchsorted(experts, following, right=False).to(torch.int32)  # each expert's end row, on the device
     back = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=order.device))
     gate_up, down = self.gate_up_proj, self.down_proj
+    gpt_oss = own_gate(self)  # [E, in, out] and no flag in transformers 5.0, is_transposed=True in 5.25
     if not getattr(
-        self, "is_transposed", False
+        self, "is_transposed", gpt_oss
     ):  # [E, out, in] as nn.Linear keeps them: the products take [E, in, out]
         gate_up, down = gate_up.transpose(-2, -1), down.transpose(-2, -1)
     x = _Spread.apply(hidden_states, order, back, k)
-    gate, up = GroupedMM.apply(x, gate_up, ends, product, grouped).chunk(2, dim=-1)
-    rows = GroupedMM.apply(L.silu_mul(gate.contiguous(), up.contiguous()), down, ends, product, grouped)
+    h = GroupedMM.apply(x, gate_up, ends, product, grouped)
+    if gpt_oss:  # x @ W + b, then the module's own activation over interleaved gate / up (torch's elementwise)
+        h = self._apply_gate(_Bias.apply(h, self.gate_up_proj_bias, experts, ends, product, grouped))
+    else:
+        gate, up = h.chunk(2, dim=-1)
+        h = L.silu_mul(gate.contiguous(), up.contiguous())
+    rows = GroupedMM.apply(h.contiguous(), down, ends, product, grouped)
+    if gpt_oss:
+        rows = _Bias.apply(rows, self.down_proj_bias, experts, ends, product, grouped)
     weighted = _ByRow.apply(rows, top_k_weights.reshape(-1)[order].unsqueeze(-1), False)
     return _Sum.apply(weighted[back].view(tokens, k, -1), 1, False).to(hidden_states.dtype)
 
@@ -125,6 +158,31 @@ class GroupedMM(torch.autograd.Function):
         elif ctx.needs_input_grad[1]:
             db = run(a.t(), grad)
         return da, db, None, None, None
+
+
+class _Bias(torch.autograd.Function):
+    """rows [S, N] (sorted by expert; `experts` [S] theirs) plus each row's expert's bias, one add in the rows' dtype
+    as transformers' `x @ W + b`; the bias's gradient is each expert's sum of its rows' gradients in row order by the
+    tier's grouped dW of a column of ones (the tier linear's own bias gradient: db = linear(dy^T, 1)), where
+    autograd's index backward would add them atomically on a GPU."""
+
+    @staticmethod
+    def forward(ctx: Any, rows, bias, experts, ends, product: Product, grouped: Any) -> torch.Tensor:
+        ctx.save_for_backward(ends)
+        ctx.product, ctx.grouped = product, grouped
+        return rows + bias.index_select(0, experts)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor):
+        (ends,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        ones = grad.new_ones((grad.shape[0], ONES))
+        db = grouped_mm(ones.t(), grad, ends, ctx.product, ctx.grouped, trusted=True)[:, 0]
+        return grad, db, None, None, None, None
+
+
+ONES = 16  # the column of ones as 16 columns: the grouped kernels' smallest aligned width (one is used)
 
 
 def _transposed(b: torch.Tensor) -> bool:

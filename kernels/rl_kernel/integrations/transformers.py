@@ -63,8 +63,10 @@ ARCHITECTURES = (
     "MistralForCausalLM",
     "Qwen3MoeForCausalLM",
     "OlmoeForCausalLM",
+    "GptOssForCausalLM",
 )
-ROPE_TYPES = ("default", "llama3")
+ROPE_TYPES = ("default", "llama3", "yarn")  # yarn: the module's own frequencies (transformers' at load) and scaling
+HALF_TABLES = ("GptOssRotaryEmbedding",)  # rotary modules whose tables cover half the head (their rotation's halves)
 TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci/run)
 
 
@@ -140,10 +142,16 @@ def _plain_linear(m: nn.Module) -> bool:
 
 
 def _rotary_forward(self: nn.Module, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype, from the contract's sin_cos (the
-    tables stay fp32 until this last cast, in every tier)."""
+    """Hugging Face's (cos, sin) layout, [batch, seq, head_dim] in x's dtype (GPT-OSS's: [batch, seq, head_dim / 2],
+    HALF_TABLES), from the contract's sin_cos times the module's attention_scaling where it is not 1 (YaRN's), as
+    transformers scales them (the tables stay fp32 until this last cast, in every tier)."""
     L = self._rl_layers
     cos, sin = L.rope_table(position_ids.to(torch.int64).contiguous(), _inv_freq_on(self, position_ids.device))
+    scale = getattr(self, "attention_scaling", 1.0)
+    if scale != 1.0:
+        cos, sin = cos * scale, sin * scale
+    if type(self)._rl_original.__name__ in HALF_TABLES:
+        return cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat((cos, cos), dim=-1).to(x.dtype), torch.cat((sin, sin), dim=-1).to(x.dtype)
 
 
@@ -185,7 +193,7 @@ def _kind(module: nn.Module) -> str | None:
         ("Experts", "experts"),
     )
     for suffix, kind in suffixes:
-        if name.endswith(suffix):
+        if name.endswith(suffix) and not (kind == "mlp" and hasattr(module, "experts")):  # GPT-OSS's MLP: its parts
             return kind
     return None
 
@@ -305,9 +313,9 @@ def _head_dim(config: Any) -> int:
 
 # ---- patch / unpatch -------------------------------------------------------------------------------
 def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
-    """Put a loaded Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / OLMoE causal LM (transformers 5) in an rl_kernel
-    tier (rl_kernel.tiers: "exact" by default, "fast"), in place; returns it. unpatch(model) restores it. Raises
-    TypeError / ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
+    """Put a loaded Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / OLMoE / GPT-OSS causal LM (transformers 5) in an
+    rl_kernel tier (rl_kernel.tiers: "exact" by default, "fast"), in place; returns it. unpatch(model) restores it.
+    Raises TypeError / ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
     try:
         desc = tiers.get(tier)
     except tiers.TierError as exc:
@@ -319,13 +327,14 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
     attention = ATTENTION.format(tier=desc.name)
     ALL_ATTENTION_FUNCTIONS.register(attention, functools.partial(tier_attention, layers))
     rope = _rope_parameters(model.config)
-    inv_freq = layers.rope_inv_freq(_head_dim(model.config), float(rope["rope_theta"]), rope)
+    yarn = rope.get("rope_type") == "yarn"
+    inv_freq = None if yarn else layers.rope_inv_freq(_head_dim(model.config), float(rope["rope_theta"]), rope)
     for module in model.modules():
         kind = _kind(module)
         if kind is None:
             continue
         if kind == "rotary":
-            module._rl_inv_freq = inv_freq
+            module._rl_inv_freq = module.inv_freq.detach().float().cpu().clone() if yarn else inv_freq
         if kind == "router":
             experts.probe_router(module)
         module.__class__ = _tier_class(type(module), kind, desc.name)
