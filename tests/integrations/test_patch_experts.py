@@ -41,23 +41,26 @@ def test_patched_experts_compiled_generate_equals_every_forward() -> None:
     assert not mismatches(models.tiny_model("olmoe", VOCAB, tier="exact"), "compiled", "cpu")
 
 
+@pytest.mark.parametrize(("tier", "device"), [("exact", "cpu"), pytest.param("fast", "cuda", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("family", models.MIXTURES)
-def test_a_patched_grpo_step_has_ratios_of_one_and_repeats(family: str) -> None:
+def test_a_patched_grpo_step_has_ratios_of_one_and_repeats(family: str, tier: str, device: str) -> None:
     """Rollout then two GRPO steps (micro-batches of 3, right padded): the first step's ratios exactly 1, the same
     weights run to run, and every router and expert weight moved (their gradients flowed). The control: stock's
     ratios are not all 1."""
+    dtype = "fp32" if tier == "exact" else "bf16"
 
     def step(tier: str) -> M.StepResult:
-        model = models.tiny_model(family, VOCAB, tier=tier)
+        model = models.tiny_model(family, VOCAB, dtype=dtype, device=device, tier=tier)
         p = M.prompts(5, VOCAB, 0)
-        return M.train(model, M.generate(model, p, NEW, None, "cpu"), p, "cpu", seed=0)
+        return M.train(model, M.generate(model, p, NEW, None, device), p, device, seed=0)
 
-    first, again, stock = step("exact"), step("exact"), step("stock")
+    first, again, stock = step(tier), step(tier), step("stock")
     assert bits_equal(first.ratios, torch.ones_like(first.ratios)), diff(first.ratios, torch.ones_like(first.ratios))
     assert all(bits_equal(first.weights[n], again.weights[n]) for n in first.weights)
     start = models.tiny_weights(family, VOCAB, 0).state_dict()
     moe = [n for n in first.weights if any(f".mlp.{part}." in n for part in ("gate", "router", "experts"))]
-    assert moe and all(not torch.equal(first.weights[n], start[n]) for n in moe), "a router or expert weight is unmoved"
+    moved = [not torch.equal(first.weights[n].cpu(), start[n].to(first.weights[n].dtype)) for n in moe]
+    assert moe and all(moved), "a router or expert weight is unmoved"
     assert not bits_equal(stock.ratios, torch.ones_like(stock.ratios)), "stock's ratios are all 1: cannot fail"
 
 
