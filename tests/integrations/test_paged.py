@@ -119,7 +119,7 @@ def test_a_window_left_out_of_the_step_is_caught(monkeypatch) -> None:
     )
 
 
-def batch_variant_attention(q, k, v, q_pos, k_start, scale=None, validate=False, window=0):
+def batch_variant_attention(q, k, v, q_pos, k_start, scale=None, validate=False, window=0, sinks=None):
     """The negative control: the padded batch through SDPA's math in fp32, whose sums run over the batch's longest
     key row (the padded length changes with the other requests)."""
     keys = torch.arange(k.shape[2])
