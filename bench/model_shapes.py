@@ -8,7 +8,10 @@
     mistral-7b  Mistral-7B's shape with a window that cuts keys: 32 layers (--layers cuts them to fit), hidden
                 4096, 32 query / 8 KV heads of 128, MLP 14336, vocab 32000, sliding window 4096
     tiny        2 layers, hidden 64, 4 / 2 heads, MLP 128, vocab 512: a CPU run that checks a script, not a speed
-    tiny-moe, tiny-window  the same for the two above (8 experts top-2; a window of 16 keys)
+    gpt-oss-20b GPT-OSS-20B's shape: 24 layers, hidden 2880, 64 query / 8 KV heads of 64 with attention sinks,
+                128-key windows on alternate layers, 32 experts of 2880 with biases, top-4, YaRN, vocab 201088
+    tiny-moe, tiny-window, tiny-gpt-oss  the same for the three above (8 experts top-2; a window of 16 keys;
+                GPT-OSS's tiny config with YaRN)
 
 Each config is rl_kernel.models.tiny_config's (the family's own features: Qwen3's q/k norms), with the KV heads and
 the tying the shape names where tiny_config's defaults (heads / 2 KV heads, Qwen3 untied) differ, and the config's
@@ -51,6 +54,10 @@ class Shape:
         return dict(layers=self.layers, hidden=self.hidden, heads=self.heads, intermediate=self.intermediate)
 
 
+# GPT-OSS's rotary embedding: YaRN over 4096 original positions, factor 32 (its released config's).
+YARN = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+        "truncate": False, "original_max_position_embeddings": 4096}  # fmt: skip
+
 SHAPES = {
     "qwen3-1.7b": Shape("qwen3", 151936, layers=28, hidden=2048, heads=16, kv_heads=8, intermediate=6144),
     "qwen3-8b": Shape("qwen3", 151936, layers=36, hidden=4096, heads=32, kv_heads=8, intermediate=12288, tied=True),
@@ -74,6 +81,22 @@ SHAPES = {
         intermediate=14336,
         extra=(("sliding_window", 4096), ("max_position_embeddings", 32768)),
     ),
+    "gpt-oss-20b": Shape(
+        "gpt_oss",
+        201088,
+        layers=24,
+        hidden=2880,
+        heads=64,
+        kv_heads=8,
+        intermediate=2880,
+        extra=(
+            ("head_dim", 64),
+            ("num_local_experts", 32),
+            ("num_experts_per_tok", 4),
+            ("sliding_window", 128),
+            ("rope_parameters", YARN),
+        ),
+    ),
     "tiny": Shape("qwen3", 512, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128),
     "tiny-moe": Shape(
         "olmoe",
@@ -84,6 +107,9 @@ SHAPES = {
         kv_heads=4,
         intermediate=32,
         extra=(("num_experts", 8), ("num_experts_per_tok", 2)),
+    ),
+    "tiny-gpt-oss": Shape(
+        "gpt_oss", 512, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=32, extra=(("rope_parameters", YARN),)
     ),
     "tiny-window": Shape(
         "mistral", 512, layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, extra=(("sliding_window", 16),)
