@@ -16,6 +16,7 @@ from rl_kernel import models, tiers
 from rl_kernel.aten.ops import reduce
 from rl_kernel.bitwise import bits_equal, diff
 from rl_kernel.integrations import experts as E
+from rl_kernel.integrations.transformers import patch
 from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 12
@@ -86,6 +87,26 @@ def test_the_patched_mixtures_compute_their_models(family: str) -> None:
             if name.endswith("sinks") or ".mlp.gate." in name or ".mlp.router." in name:
                 p.add_(torch.randn(p.shape, generator=g))
     assert logits_gap(patched, stock, ids, mask) > 1e-3
+
+
+def test_gpt_oss_with_yarn_is_its_model_and_generate_equals_every_forward() -> None:
+    """GPT-OSS's released rotary (YaRN, factor 32, here over 8 original positions so that it bends these short
+    sequences' frequencies; attention_scaling 1.35): the patched model takes the module's own frequencies and scaling,
+    within fp32 rounding of stock's logits, and generate() equals every forward."""
+    import copy
+
+    import transformers
+
+    config = models.tiny_config("gpt_oss", VOCAB)
+    config.rope_parameters = {"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0, "beta_fast": 32.0,
+                              "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 8}  # fmt: skip
+    torch.manual_seed(0)
+    stock = transformers.AutoModelForCausalLM.from_config(config).eval()
+    assert stock.model.rotary_emb.attention_scaling != 1.0
+    patched = patch(copy.deepcopy(stock), tier="exact")
+    ids, mask = models.sequences(3, 9, 4, VOCAB, seed=2)
+    assert logits_gap(patched, stock, ids, mask) < 1e-4
+    assert not mismatches(patched, "eager", "cpu")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
