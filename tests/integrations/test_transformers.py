@@ -187,7 +187,7 @@ def _tiny(cls, **kw):
             lambda: transformers.Phi3ForCausalLM(_tiny(transformers.Phi3Config, pad_token_id=0)),
             TypeError,
             "supports LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, "
-            "OlmoeForCausalLM; got Phi3ForCausalLM",
+            "OlmoeForCausalLM, GptOssForCausalLM; got Phi3ForCausalLM",
         ),
         (
             lambda: transformers.MistralForCausalLM(_tiny(transformers.MistralConfig, sliding_window=0)),

@@ -211,7 +211,10 @@ def test_the_command_runs_an_unpatched_architecture_under_the_mode_and_audits_it
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (["--family", "gemma2"], "patch() takes llama, qwen2, qwen3, mistral, qwen3_moe, olmoe; try --mode exact"),
+        (
+            ["--family", "gemma2"],
+            "patch() takes llama, qwen2, qwen3, mistral, qwen3_moe, olmoe, gpt_oss; try --mode exact",
+        ),
         (["--family", "qwen3", "--mode", "exact", "--tier", "fast"], "leave --tier out"),
         (["--family", "qwen3", "--mode", "nosuch"], "nosuch"),
     ],

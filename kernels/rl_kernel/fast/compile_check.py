@@ -308,7 +308,7 @@ def _attn_types(fn, dtype: str) -> dict[str, str]:
     for n in fn.arg_names:
         if n.endswith("_ptr"):
             types[n] = _ptr(dtype)
-    for n in ("lse_ptr", "delta_ptr"):
+    for n in ("lse_ptr", "delta_ptr", "sinks_ptr"):
         types[n] = "*fp32"
     for n in ("qpos_ptr", "kstart_ptr"):
         types[n] = "*i64"
@@ -324,11 +324,13 @@ def _attention_reports(target: str, dtypes: tuple[str, ...], head_dims: tuple[in
         for d, windowed in ((d, w) for d in head_dims for w in (False, True)):  # a sliding window: other code
             a, name = t["attention"][f"d{d}"], "attention.window" if windowed else "attention"
             fwd_tile = {"block_m": a["block_m"], "block_n": a["block_n"], "block_d": d}
-            const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": a["block_m"], "BLOCK_N": a["block_n"],
-                     "ROWS_T": a["block_m"] // 2, "WINDOWED": windowed}  # fmt: skip
             fn = attention_kernels._attn_fwd_kernel
-            k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a))
-            out.append(scan(k, f"{name}.fwd[d{d}]", target, dtype, fwd_tile, {d, a["block_n"]}, True))
+            for sinks in (False, True):  # attention sinks (GPT-OSS): the rows' starting state, other code
+                const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": a["block_m"], "BLOCK_N": a["block_n"],
+                         "ROWS_T": a["block_m"] // 2, "WINDOWED": windowed, "HAS_SINK": sinks}  # fmt: skip
+                k = _compile(fn, _attn_types(fn, dtype), const, target, _options(t, a))
+                kernel = f"{name}{'.sinks' if sinks else ''}.fwd[d{d}]"
+                out.append(scan(k, kernel, target, dtype, fwd_tile, {d, a["block_n"]}, True))
             bm, bn = a["bwd_block_m"], a["bwd_block_n"]
             const = {"G": 2, "HEAD_D": d, "BLOCK_D": d, "BLOCK_M": bm, "BLOCK_N": bn, "WINDOWED": windowed}
             tile = {"block_m": bm, "block_n": bn, "block_d": d}

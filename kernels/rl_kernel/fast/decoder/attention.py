@@ -160,7 +160,7 @@ def _attn_fwd_kernel(
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     if HAS_SINK:  # the head's sink joins the row's softmax first, as a key with a zero value: m = sink, l = 1
-        m_i = tl.load(sinks_ptr + h, mask=valid, other=float("-inf")) * SINK_SCALE
+        m_i = tl.load(sinks_ptr + h, mask=valid, other=float("-inf")).to(tl.float32) * SINK_SCALE
         l_i = tl.where(valid, 1.0, 0.0)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
     if WINDOWED:
