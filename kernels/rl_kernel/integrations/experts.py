@@ -50,14 +50,11 @@ def own_gate(module: nn.Module) -> bool:
 def check_experts(module: nn.Module) -> None:
     """A ValueError naming what patch() does not serve in an experts module (biases or interleaved gate/up outside
     GPT-OSS's form, experts without a gate, a norm after each expert, expert parallelism)."""
-    if own_gate(module):  # GPT-OSS: biases and interleaved gate/up through its own _apply_gate
-        for flag in ("has_post_expert_norm", "_is_expert_parallel"):
-            if getattr(module, flag, False):
-                raise ValueError(f"rl_kernel: {type(module).__name__} with {flag}=True is not supported")
-        if not isinstance(getattr(module, "down_proj_bias", None), torch.Tensor):
-            raise ValueError(f"rl_kernel: {type(module).__name__} has a gate_up bias but no down_proj_bias")
+    gpt_oss = own_gate(module)  # biases and interleaved gate/up, through its own _apply_gate
+    if gpt_oss and not isinstance(getattr(module, "down_proj_bias", None), torch.Tensor):
+        raise ValueError(f"rl_kernel: {type(module).__name__} has a gate_up bias but no down_proj_bias")
     for flag, served in EXPERT_FLAGS.items():
-        if own_gate(module) and flag in ("has_bias", "is_concatenated", "_is_expert_parallel"):
+        if gpt_oss and flag in ("has_bias", "is_concatenated"):
             continue
         if getattr(module, flag, served) != served:
             raise ValueError(
@@ -72,7 +69,10 @@ def check_experts(module: nn.Module) -> None:
 
 def probe_router(module: nn.Module) -> None:
     """What this transformers' router returns, read once from its own forward on a zero row: as the first output the
-    logits (transformers 5.25) or the probabilities (5.0); the weights in the logits' dtype (5.25) or in fp32 (5.0)."""
+    logits (transformers 5.25) or the probabilities (5.0); the weights in the logits' dtype (5.25) or in fp32 (5.0).
+    GPT-OSS's router (SOFTMAX_OF_TOP) returns the logits and weights in their dtype in both: nothing to read."""
+    if type(module).__name__ in SOFTMAX_OF_TOP:
+        return
     with torch.no_grad():
         zero = module.weight.new_zeros((1, module.hidden_dim))
         first, weights, _ = type(module).forward(module, zero)
@@ -160,6 +160,9 @@ class GroupedMM(torch.autograd.Function):
         return da, db, None, None, None
 
 
+ONES = 16  # _Bias's column of ones as 16 columns: the grouped kernels' smallest aligned width (one is used)
+
+
 class _Bias(torch.autograd.Function):
     """rows [S, N] (sorted by expert; `experts` [S] theirs) plus each row's expert's bias, one add in the rows' dtype
     as transformers' `x @ W + b`; the bias's gradient is each expert's sum of its rows' gradients in row order by the
@@ -180,9 +183,6 @@ class _Bias(torch.autograd.Function):
         ones = grad.new_ones((grad.shape[0], ONES))
         db = grouped_mm(ones.t(), grad, ends, ctx.product, ctx.grouped, trusted=True)[:, 0]
         return grad, db, None, None, None, None
-
-
-ONES = 16  # the column of ones as 16 columns: the grouped kernels' smallest aligned width (one is used)
 
 
 def _transposed(b: torch.Tensor) -> bool:
