@@ -47,11 +47,18 @@ class Shape:
     kv_heads: int
     intermediate: int
     tied: bool = False
+    head_dim: int | None = None  # hidden / heads unless set (GPT-OSS: 2880 over 64 heads of 64)
     extra: tuple[tuple[str, Any], ...] = ()  # more fields of the family's config, set after tiny_config's
 
     def dims(self) -> dict[str, int]:
         """tiny_config's shape arguments."""
-        return dict(layers=self.layers, hidden=self.hidden, heads=self.heads, intermediate=self.intermediate)
+        return dict(
+            layers=self.layers,
+            hidden=self.hidden,
+            heads=self.heads,
+            intermediate=self.intermediate,
+            head_dim=self.head_dim,
+        )
 
 
 # GPT-OSS's rotary embedding: YaRN over 4096 original positions, factor 32 (its released config's).
@@ -89,8 +96,8 @@ SHAPES = {
         heads=64,
         kv_heads=8,
         intermediate=2880,
+        head_dim=64,
         extra=(
-            ("head_dim", 64),
             ("num_local_experts", 32),
             ("num_experts_per_tok", 4),
             ("sliding_window", 128),

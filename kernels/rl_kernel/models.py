@@ -27,16 +27,23 @@ WINDOW = 6  # the windowed architectures' sliding window: prompts of up to 8 tok
 
 
 def tiny_config(
-    family: str, vocab: int, layers: int = 2, hidden: int = 64, heads: int = 4, intermediate: int | None = None
+    family: str,
+    vocab: int,
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    intermediate: int | None = None,
+    head_dim: int | None = None,
 ) -> Any:
     """A small config of the family (the harness's model workload builds its models from it) with what it has
     that others lack: Llama 3's rope scaling, Qwen2's q/k/v biases and tied embeddings, Qwen3's q/k norms;
-    grouped-query with heads / 2 KV heads; the MLP twice the hidden size unless `intermediate` says."""
+    grouped-query with heads / 2 KV heads of hidden / heads (unless `head_dim` says: GPT-OSS's 2880 over 64 heads are
+    heads of 64); the MLP twice the hidden size unless `intermediate` says."""
     import transformers
 
     common = dict(
         vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate or 2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=hidden // heads,
+        num_attention_heads=heads, num_key_value_heads=max(1, heads // 2), head_dim=head_dim or hidden // heads,
         max_position_embeddings=4096, pad_token_id=PAD, bos_token_id=None, eos_token_id=None, attention_dropout=0.0,
     )  # fmt: skip
     if family == "llama":
@@ -47,7 +54,7 @@ def tiny_config(
         return transformers.Qwen2Config(**common, tie_word_embeddings=True, use_sliding_window=False)
     if family == "qwen3":
         return transformers.Qwen3Config(**common, use_sliding_window=False)
-    return _mode_only_config(transformers, family, common, hidden // heads)
+    return _mode_only_config(transformers, family, common, common["head_dim"])
 
 
 def _mode_only_config(transformers: Any, family: str, common: dict, head_dim: int) -> Any:

@@ -15,15 +15,19 @@ the GPU's queue at every call). Each program loads the E ends, clamps them into 
 decreasing end leaves an empty group: any offs are memory-safe, and the caller checks them, on the host or through a
 flag the kernel sets), counts each group's row tiles (cdiv(rows, BLOCK_M)) and is the tile of the group whose
 cumulative count (tl.cumsum) first exceeds its program id. The rows past the last group are one more group, stored
-as zeros (a K walk of no step). Tiles never outnumber cdiv(S, BLOCK_M) + E, the grid; programs past the last return.
+as zeros (a K walk of no step). Row tiles never outnumber cdiv(S, BLOCK_M) + E, the grid's rows; programs past the
+last return.
 
     out[g] = a[:, tokens of g] @ b[tokens of g]      a [M, S], b [S, N], offs [E]: the experts' dW, out [E, M, N]
 
 The experts' dW in one launch too (grouped_dw): each expert's sum over its own tokens in the fast dW's order (the
 tokens ascending in steps of linear_dw's pinned BLOCK_K, one dot per step, fp32 from +0, rounded once), A read
 K-contiguous as grad_w_2d's pointer path reads it; an expert's tokens never meet another's, so its dW does not depend
-on the others. A program's expert is its row tile's quotient by cdiv(M, BLOCK_M), its tokens come from offs on the
+on the others. A program's expert is its id's quotient by the expert's tile count, its tokens come from offs on the
 device; an expert with no token walks no K step and stores zeros.
+
+Both grids are 1-D and ordered for L2: a row tile's column tiles (the dW: an expert's tiles) run together, so each
+operand tile comes from HBM about once. The order fixes no bit: a tile's K walk is its own.
 
     out[i] = a[i] @ b[i]      a [B, M, K], b [B, K, N]: aten::bmm (transformers' batched_mm experts at decode)
 
@@ -87,21 +91,41 @@ def _group_tile(offs_ptr, pid, E, S, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr
     return g, start, rows, first, pid < tl.sum(tiles, 0)
 
 
+@_jit
+def _row_col(N, BLOCK_N: tl.constexpr):
+    """(row tile, column tile) of this program in a 1-D grid, the column tiles of one row tile consecutive: they run
+    together and share that row tile's A from L2 (a 2-D grid walks every row tile of one column first, and A, 256 MB
+    at OLMoE's 65536 rows, came from HBM once per column tile). The order of the tiles changes no bit."""
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    return tl.program_id(0) // tiles_n, tl.program_id(0) % tiles_n
+
+
+@_jit
+def _expert_row_col(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(expert, row tile, column tile) of this program in the dW's 1-D grid, an expert's tiles consecutive (its
+    tokens' A and B, a few MB, read from HBM once and shared from L2), columns fastest. No bit depends on it."""
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_expert = tl.cdiv(M, BLOCK_M) * tiles_n
+    mine = tl.program_id(0) % per_expert
+    return tl.program_id(0) // per_expert, mine // tiles_n, mine % tiles_n
+
+
 @_jit(do_not_specialize=["S"])
 def _grouped_gemm_kernel(
     a_ptr, b_ptr, c_ptr, offs_ptr, flag_ptr, E, S, N, K, stride_am, stride_ak, stride_bg, stride_bk, stride_bn,
     stride_cm, CHECK: tl.constexpr, EVEN_K: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Program (i, j): row tile i of the groups found from offs (_group_tile), column tile j. C[rows of g] = A[rows of
-    g] @ B[g] with _pointer_tile's K loop; the rows past the last group zeros."""
+    """Program (i, j) (_row_col): row tile i of the groups found from offs (_group_tile), column tile j. C[rows of g] =
+    A[rows of g] @ B[g] with _pointer_tile's K loop; the rows past the last group zeros."""
     if CHECK:
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
-    g, start, rows, first, live = _group_tile(offs_ptr, tl.program_id(0), E, S, GROUPS, BLOCK_M)
+    i, j = _row_col(N, BLOCK_N)
+    g, start, rows, first, live = _group_tile(offs_ptr, i, E, S, GROUPS, BLOCK_M)
     if not live:
         return
     offs_m = first + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
     k = tl.where(g < E, K, 0)  # the rows past the last group: no K step, zeros
     a_g = a_ptr + start.to(tl.int64) * stride_am
     b_g = b_ptr + tl.minimum(g, E - 1).to(tl.int64) * stride_bg
@@ -153,11 +177,12 @@ def _grouped_gemm_tma_kernel(
     its group and columns past N read a neighbour's elements: never stored."""
     if CHECK:
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
-    g, start, rows, first, live = _group_tile(offs_ptr, tl.program_id(0), E, S, GROUPS, BLOCK_M)
+    i, j = _row_col(N, BLOCK_N)
+    g, start, rows, first, live = _group_tile(offs_ptr, i, E, S, GROUPS, BLOCK_M)
     if not live:
         return
     offs_m = first + tl.arange(0, BLOCK_M)
-    off_n = tl.program_id(1) * BLOCK_N
+    off_n = j * BLOCK_N
     offs_n = off_n + tl.arange(0, BLOCK_N)
     k = tl.where(g < E, K, 0)  # the rows past the last group: no K step, zeros
     e = tl.minimum(g, E - 1)
@@ -185,17 +210,15 @@ def _grouped_dw_kernel(
     stride_cm, CHECK: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    """Program (i, j): expert g = i // cdiv(M, BLOCK_M), its row tile i % cdiv(M, BLOCK_M) of M, column tile j.
-    C[g] = A[:, tokens of g] @ B[tokens of g] with _pointer_tile's K loop over the expert's tokens (masked at its end:
-    the count is found at run time, not a constexpr); no token: no K step, zeros."""
-    pid = tl.program_id(0)
+    """Program (g, i, j) (_expert_row_col): expert g, its row tile i of M, column tile j. C[g] = A[:, tokens of g] @
+    B[tokens of g] with _pointer_tile's K loop over the expert's tokens (masked at its end: the count is found at run
+    time, not a constexpr); no token: no K step, zeros."""
     if CHECK:
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    g = pid // tiles_m
+    g, i, j = _expert_row_col(M, N, BLOCK_M, BLOCK_N)
     start, count = _expert_tokens(offs_ptr, g, E, S, GROUPS)
-    offs_m = (pid % tiles_m) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = i * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = j * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _pointer_tile(a_ptr + start.to(tl.int64) * stride_ak, b_ptr + start.to(tl.int64) * stride_bk, acc, offs_m,
                         offs_n, M, N, count, stride_am, stride_ak, stride_bk, stride_bn, False, BLOCK_K)  # fmt: skip
@@ -210,14 +233,12 @@ def _grouped_dw_tma_kernel(
     """_grouped_dw_kernel's tiles and arithmetic, its operands by TMA (sm_90): a_desc holds A^T [S, M] (the tokens'
     rows autograd transposes, read in place), b_desc B [S, N]. The K walk over the expert's tokens from its first;
     the next expert's tokens in the last partial step are zeroed (_described_tile)."""
-    pid = tl.program_id(0)
     if CHECK:
         _check_offs(offs_ptr, flag_ptr, E, S, GROUPS)
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    g = pid // tiles_m
+    g, i, j = _expert_row_col(M, N, BLOCK_M, BLOCK_N)
     start, count = _expert_tokens(offs_ptr, g, E, S, GROUPS)
-    off_m = (pid % tiles_m) * BLOCK_M
-    off_n = tl.program_id(1) * BLOCK_N
+    off_m = i * BLOCK_M
+    off_n = j * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc = _described_tile(a_desc, b_desc, acc, off_m, off_n, start, start, count, True, False, BLOCK_K)
     _store_tile(acc, c_ptr + g.to(tl.int64) * stride_cg, c_ptr, off_m + tl.arange(0, BLOCK_M),
@@ -277,7 +298,7 @@ def grouped_dw(
         return out.zero_()
     cfg = _with_tiles(config_for("linear_dw", target_of(a.device)), tiles)
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
-    grid = (e * triton.cdiv(m, bm), triton.cdiv(n, bn))
+    grid = (e * triton.cdiv(m, bm) * triton.cdiv(n, bn),)  # _expert_row_col's 1-D order
     check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e)}
     tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": cfg["num_warps"],
              "num_stages": cfg["num_stages"], **cfg["launch"]}  # fmt: skip
@@ -341,7 +362,7 @@ def grouped_mm(
     cfg = _with_tiles(_form_config(a, b[0], triton.cdiv(s, e), n, k), tiles)
     bm, bn, bk = cfg["block_m"], cfg["block_n"], cfg["block_k"]
     a = a if a.stride(1) == 1 else a.contiguous()
-    grid = (triton.cdiv(s, bm) + e, triton.cdiv(n, bn))
+    grid = ((triton.cdiv(s, bm) + e) * triton.cdiv(n, bn),)  # _row_col's 1-D order
     check = {"CHECK": flag is not None, "GROUPS": triton.next_power_of_2(e + 1)}
     tiles = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": cfg["num_warps"],
              "num_stages": cfg["num_stages"], **cfg["launch"]}  # fmt: skip
