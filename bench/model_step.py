@@ -23,11 +23,15 @@ same step, the aten operators served by the tier (its fused head: rl_kernel.lm_h
 Each timing is synced and queued (bench.timing, median of --reps after one warm-up); the exact tier runs
 --exact-reps (its training step takes seconds). --interleave N then times the rollout N more rounds, every tier once
 per round in turn on the same weights (synced): the median per tier and the median of each round's ratio to stock's,
-a paired figure that a host whose speed drifts between the tiers' runs moves less (the eager rollout is host-bound).
+a paired figure that a host whose speed drifts between the tiers' runs moves less (the eager rollout is host-bound);
+and the training step alike, each tier on its own copy of the weights with its own optimizer (the patched tiers'
+fused-loss step too), so it takes one model's memory per tier more.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -210,7 +214,7 @@ def arguments(argv: list[str] | None):
     for name, default in sizes.items():
         ap.add_argument(f"--{name}", type=int, default=default)
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
-    ap.add_argument("--interleave", type=int, default=0, help="rounds of the tiers' rollouts in turn (see above)")
+    ap.add_argument("--interleave", type=int, default=0, help="rounds of the tiers' rollouts and steps in turn (above)")
     ap.add_argument("--syncs", action="store_true", help="where each stage makes the host wait for the GPU")
     ap.add_argument("--skip", default="", help="comma-separated stages left out: check, rollout, train (e.g. a mode's "
                     "eager rollout, every aten op through Python dispatch, takes minutes at 1.7B)")  # fmt: skip
@@ -235,6 +239,34 @@ def interleaved_rollout(model, tiers: list[str], rounds: int, rollout_p, new: in
         return run
 
     return timing.paired({t: in_tier(t) for t in tiers}, rounds, baseline="stock" if "stock" in tiers else tiers[0])
+
+
+def interleaved_training(model, tiers: list[str], rounds: int, train_ids: torch.Tensor) -> dict:
+    """The training step (and a patched tier's fused-loss step) of every tier once per round, in turn
+    (bench.timing.paired), each tier on its own copy of the weights and its own optimizer, patched (or under its mode)
+    for the whole run; stock the baseline where it is among the tiers."""
+    fns: dict[str, Callable[[], None]] = {}
+    with contextlib.ExitStack() as stack:
+        for tier in tiers:
+            mine = copy.deepcopy(model)
+            mode = tier.startswith("mode-")
+            serving = tier.removeprefix("mode-") if mode else stack.enter_context(model_shapes.in_tier(mine, tier))
+            opt = (ExactAdamW if serving == "exact" else torch.optim.AdamW)(mine.parameters(), lr=1e-6)  # as _run's
+            logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
+            losses = {tier: scored_loss(logits_scorer(logprobs))}
+            if not mode and tier != "stock" and head_loss.computes_in_forward(serving):
+                losses[f"{tier} fused-loss"] = fused_loss(serving)
+            for name, loss_of in losses.items():
+                fns[name] = _train_fn(mine.train(), train_ids, opt, loss_of, tier if mode else None)
+        return timing.paired(fns, rounds, baseline="stock" if "stock" in tiers else tiers[0])
+
+
+def _train_fn(model, ids: torch.Tensor, opt, loss_of, mode: str | None) -> Callable[[], None]:
+    def run() -> None:
+        with model_shapes.in_tier(model, mode) if mode else contextlib.nullcontext():
+            train_step(model, ids, opt, loss_of)
+
+    return run
 
 
 def ratios_over_stock(record: dict) -> None:
@@ -291,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
             paired = next(v for k, v in inter.items() if k.startswith("paired_over_"))[tier]
             print(f"interleaved rollout, {args.interleave} rounds: {tier:6} median {inter['median_s'][tier]:.3f} s, "
                   f"paired x stock {paired:.3f}", flush=True)  # fmt: skip
+    if args.interleave and "train" not in args.skip:
+        model.load_state_dict(initial)
+        record["interleaved_training"] = inter = interleaved_training(model, args.tiers, args.interleave, train_ids)
+        paired = next(v for k, v in inter.items() if k.startswith("paired_over_"))
+        for name, seconds in inter["median_s"].items():
+            print(f"interleaved training, {args.interleave} rounds: {name:16} median {seconds:.3f} s, "
+                  f"paired x stock {paired[name]:.3f}", flush=True)  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1)

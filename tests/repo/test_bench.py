@@ -119,6 +119,9 @@ def test_the_rl_step_runs_on_the_cpu_with_its_checks(tmp_path: Path) -> None:
     inter = record["interleaved_rollout"]  # each tier's rollout twice, in turn, and its paired ratio to stock's
     assert inter["rounds"] == 2 and all(len(v) == 2 and min(v) > 0 for v in inter["seconds"].values())
     assert inter["paired_over_stock"]["stock"] == 1.0 and inter["paired_over_stock"]["exact"] > 0
+    steps = record["interleaved_training"]  # the training steps alike, each tier on its own copy of the weights
+    assert set(steps["seconds"]) == {"stock", "exact", "mode-exact"} and steps["rounds"] == 2
+    assert all(len(v) == 2 and min(v) > 0 for v in steps["seconds"].values())
     assert record["shape"]["layers"] == 2 and record["env"]["device"] == "cpu"
     stock = record["stock"]["check"]
     assert stock["tokens"] == 6 and stock["logits_compared"] == record["exact"]["check"]["logits_compared"] > 0
