@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sysconfig
 import warnings
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import torch
 
 # The build record setup.py writes next to _C (compilers, flags, and the torch the extension was built against).
 BUILD_RECORD = Path(__file__).with_name("_build.json")
+# This interpreter's build of _C (a tree may hold another Python's too: _C.cpython-312-... beside -311-).
+EXTENSION = Path(__file__).with_name(f"_C{sysconfig.get_config_var('EXT_SUFFIX')}")
 REBUILD = (
     "rebuild rl_kernel against the installed torch from the repository root with `make build` "
     "(or `pip install --no-build-isolation -e .`), or install the torch it was built for"

@@ -61,10 +61,9 @@ def test_a_mutation_that_passes_the_gate_fails_selftest(tmp_path, capsys):
 
 
 def _built_library() -> Path:
-    import rl_kernel
+    from rl_kernel._library import EXTENSION
 
-    (so,) = Path(rl_kernel.__file__).parent.glob("_C*.so")
-    return so
+    return EXTENSION
 
 
 def test_a_builder_that_fails_is_bad_configuration(tmp_path):

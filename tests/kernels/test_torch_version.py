@@ -27,8 +27,7 @@ def _copy_with_record(tmp_path: Path, record: dict | None) -> Path:
     by record (or removed for None)."""
     dest = tmp_path / "rl_kernel"
     shutil.copytree(PACKAGE, dest, ignore=shutil.ignore_patterns("*.so", "__pycache__", "_build.json"))
-    (so,) = PACKAGE.glob("_C*.so")
-    (dest / so.name).symlink_to(so)
+    (dest / _library.EXTENSION.name).symlink_to(_library.EXTENSION)
     if record is not None:
         (dest / "_build.json").write_text(json.dumps(record))
     return tmp_path

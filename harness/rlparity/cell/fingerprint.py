@@ -65,11 +65,10 @@ def _rl_kernel() -> dict[str, Any]:
     try:
         import rl_kernel
         from rl_kernel import build_flags
-        from rl_kernel._library import has_gpu_kernels
+        from rl_kernel._library import BUILD_RECORD, EXTENSION, has_gpu_kernels
     except ImportError as exc:
         return {"error": str(exc)}
-    pkg = Path(rl_kernel.__file__).parent
-    lib = os.environ.get("RL_KERNEL_LIBRARY") or next((str(p) for p in sorted(pkg.glob("_C*.so"))), "")
+    lib = os.environ.get("RL_KERNEL_LIBRARY") or (str(EXTENSION) if EXTENSION.is_file() else "")
     return {
         "tiers": {name: tier.fingerprint() for name, tier in rl_kernel.tiers.tiers().items()},
         "library": Path(lib).name if lib else "",
@@ -77,7 +76,7 @@ def _rl_kernel() -> dict[str, Any]:
         "gpu_kernels": has_gpu_kernels(),
         "contract_flags": {"cxx": build_flags.CXX_FLAGS, "nvcc": build_flags.NVCC_FLAGS, "hip": build_flags.HIP_FLAGS},
         "extra_flags": build_flags.extra_flags(),
-        "build": _json(pkg / "_build.json"),
+        "build": _json(BUILD_RECORD),
     }
 
 
