@@ -44,12 +44,14 @@ def cache_dir() -> Path:
 def _kept_entry(cmd: list[str], paths: tuple[Path, ...], inputs: list[Path]) -> Iterator[Path]:
     """The cache folder of (cmd with `paths` written <path>, the bytes of `inputs`), held under its lock: concurrent
     callers (xdist workers) wait for the one run. Paths are left out of the key (each run writes its unit in a
-    temporary folder)."""
+    temporary folder), and so is the checkout's own folder (in the flags' include paths and the unit's includes):
+    another clone of the same sources finds the same entries."""
+    root = str(build_flags.REPO)
     key = hashlib.sha256()
     for arg in cmd:
-        key.update((arg if arg not in {str(p) for p in paths} else "<path>").encode() + b"\0")
+        key.update((arg if arg not in {str(p) for p in paths} else "<path>").replace(root, "<repo>").encode() + b"\0")
     for path in inputs:
-        key.update(path.read_bytes())
+        key.update(path.read_bytes().replace(root.encode(), b"<repo>"))
     entry = cache_dir() / key.hexdigest()[:24]
     entry.mkdir(parents=True, exist_ok=True)
     with open(entry / ".lock", "w") as lock:

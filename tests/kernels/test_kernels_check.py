@@ -332,3 +332,22 @@ def test_built_cuda_object_clean_and_fmad_caught(tmp_path: Path) -> None:
             assert "contracted FMA" in proc.stdout
         else:
             assert "sm_90" in proc.stdout and "FAIL" not in proc.stdout
+
+
+def test_a_compile_is_kept_for_every_clone_of_the_same_sources(tmp_path: Path, monkeypatch) -> None:
+    """compile_cached's key leaves out the checkout's folder (in the include flags and the unit's #includes), so a
+    fresh clone of the same sources reuses the kept compiles; what the unit includes and the flags still key it."""
+    monkeypatch.setenv("RL_KERNEL_CHECK_CACHE", str(tmp_path / "cache"))
+
+    def entry(root: Path, include: str = "kernels/x_check.cu", flag: str = "-O2") -> Path:
+        monkeypatch.setattr(compile_unit.build_flags, "REPO", root)
+        unit, out = tmp_path / f"unit-{len(list(tmp_path.iterdir()))}.cu", tmp_path / "out.o"
+        unit.write_text(f'#include "{root / include}"\n')
+        with compile_unit._kept_entry(["clang", f"-I{root}/kernels", flag, str(unit), "-o", str(out)], (unit, out),
+                                      [unit]) as kept:  # fmt: skip
+            return kept
+
+    here = entry(Path("/work/one"))
+    assert entry(Path("/tmp/another-clone")) == here
+    assert entry(Path("/work/one"), include="kernels/y_check.cu") != here  # another source: another entry
+    assert entry(Path("/work/one"), flag="-ffp-contract=fast") != here  # another flag: another entry

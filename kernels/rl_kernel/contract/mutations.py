@@ -54,9 +54,10 @@ def build_variant(kind: str, name: str, spec: dict, cache: Path | None = None) -
     contracted-FMA control), and return the shared library's path. Built in a subprocess (loading it into this
     process would register torch.ops.rl_kernel twice) with torch.utils.cpp_extension.load, and cached under
     cache (default ~/.cache/rl_kernel) by a hash of every C++/CUDA/HIP file of the compiled tiers and of the
-    spec."""
+    spec (the checkout's own folder left out of the spec's paths: another clone of the same sources shares it)."""
     text = b"".join(p.read_bytes() for p in build_flags.contract_files())
-    key = hashlib.sha256(text + json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    where = json.dumps(spec, sort_keys=True).replace(str(build_flags.REPO), "<repo>")
+    key = hashlib.sha256(text + where.encode()).hexdigest()[:12]
     out = (default_cache() if cache is None else Path(cache)) / f"{kind}-{key}"
     lib = out / f"{name}.so"
     out.mkdir(parents=True, exist_ok=True)
