@@ -33,6 +33,19 @@ def test_mutation_names_match_the_headers() -> None:
     assert tuple(n for n in names if n) == build_flags.mutation_names()
 
 
+def test_a_variant_build_is_shared_by_every_clone_of_the_same_sources(monkeypatch) -> None:
+    """variant_key leaves the checkout's folder out of the spec's paths (a fresh clone reuses the cached build);
+    the spec's flags and sources still key it."""
+    spec = mutations.build_spec(gpu=False, hip=False)
+    here = mutations.variant_key(spec)
+    elsewhere = str(build_flags.REPO)
+    monkeypatch.setattr(build_flags, "REPO", build_flags.REPO.parent / "another-clone")
+    moved = {**spec, "sources": [s.replace(elsewhere, str(build_flags.REPO)) for s in spec["sources"]]}
+    assert moved != spec and mutations.variant_key(moved) == here
+    assert mutations.variant_key({**moved, "cxx": [*moved["cxx"], "-ffp-contract=fast"]}) != here
+    assert mutations.variant_key({**moved, "sources": moved["sources"][1:]}) != here
+
+
 def test_build_spec_is_the_normal_build_plus_the_flag() -> None:
     spec = mutations.build_spec(gpu=False, hip=False)
     assert spec["cxx"] == [*build_flags.CXX_FLAGS, "-DRL_MUTATIONS"]

@@ -49,16 +49,21 @@ def build(gpu: bool = False, cache: Path | None = None) -> Path:
     return build_variant(f"mutations-{'gpu' if gpu else 'cpu'}", LIBRARY_NAME, build_spec(gpu), cache)
 
 
+def variant_key(spec: dict) -> str:
+    """A variant build's cache key: every contract file's bytes and the spec, the checkout's own folder left out of
+    the spec's source paths (another clone of the same sources shares the build)."""
+    text = b"".join(p.read_bytes() for p in build_flags.contract_files())
+    where = json.dumps(spec, sort_keys=True).replace(str(build_flags.REPO), "<repo>")
+    return hashlib.sha256(text + where.encode()).hexdigest()[:12]
+
+
 def build_variant(kind: str, name: str, spec: dict, cache: Path | None = None) -> Path:
     """Compile a variant of the library, spec = {"sources", "cxx", "device"} (the mutated build, the harness's
     contracted-FMA control), and return the shared library's path. Built in a subprocess (loading it into this
     process would register torch.ops.rl_kernel twice) with torch.utils.cpp_extension.load, and cached under
     cache (default ~/.cache/rl_kernel) by a hash of every C++/CUDA/HIP file of the compiled tiers and of the
-    spec (the checkout's own folder left out of the spec's paths: another clone of the same sources shares it)."""
-    text = b"".join(p.read_bytes() for p in build_flags.contract_files())
-    where = json.dumps(spec, sort_keys=True).replace(str(build_flags.REPO), "<repo>")
-    key = hashlib.sha256(text + where.encode()).hexdigest()[:12]
-    out = (default_cache() if cache is None else Path(cache)) / f"{kind}-{key}"
+    spec (variant_key)."""
+    out = (default_cache() if cache is None else Path(cache)) / f"{kind}-{variant_key(spec)}"
     lib = out / f"{name}.so"
     out.mkdir(parents=True, exist_ok=True)
     with open(out / ".lock", "w") as lock:  # one build per key, however many processes ask at once
