@@ -27,6 +27,7 @@ from typing import Any
 from rl_kernel.fast import attention_kernels, group_kernels, grouped_kernels, linear_kernels
 from rl_kernel.fast.configs import configs, target_config
 from rl_kernel.fast.decoder import attention_backward
+from rl_kernel.fast.sass import sass_instructions
 
 try:
     import triton
@@ -96,16 +97,6 @@ def _compile(fn, types, constexprs, target: str, options: dict):
     return triton.compile(ASTSource(fn, sig, const, attrs), target=gpu_target(target), options=options)
 
 
-def _sass(kernel) -> list[str]:
-    """HGMMA/HMMA mnemonics from cuobjdump's SASS, when the wheel's cuobjdump runs here; else []."""
-    try:
-        from triton.tools.disasm import get_sass
-
-        return sorted(set(INSTR_RE.findall(get_sass(kernel.asm["cubin"]))))
-    except Exception:
-        return []
-
-
 def scan(kernel, name: str, target: str, dtype: str, tile: dict, expected_k: set[int], needs_mma: bool) -> Report:
     """Read the compiled kernel's assembly and check it against the target's pinned rules."""
     t = target_config(target)
@@ -115,7 +106,7 @@ def scan(kernel, name: str, target: str, dtype: str, tile: dict, expected_k: set
     k_steps = sorted({int(m.group(2)) for m in DOT_RE.finditer(kernel.asm["ttgir"])})
     atomics = sorted(set(m.group(0).strip() for m in ATOMIC_RE[key].finditer(asm)))
     atomics += sorted(set(TTIR_ATOMIC_RE.findall(kernel.asm["ttir"])) and {"tt.atomic (TTIR)"})
-    sass = _sass(kernel) if key == "ptx" else []
+    sass = sass_instructions(kernel.asm["cubin"], INSTR_RE) if key == "ptx" else []
     rep = Report(name, target, dtype, tile, instrs, sass, k_steps, sorted(expected_k), atomics)
     family = re.compile(t["instr"])
     if needs_mma and not instrs:

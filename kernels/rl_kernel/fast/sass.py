@@ -1,0 +1,37 @@
+"""The matrix instructions of a compiled sm_90 kernel's SASS (cuobjdump, as Triton's wheel ships it), for
+compile_check's scan. Kept per (cubin, cuobjdump) in the user's cache: the disassembly is most of a target's scan
+(0.3 s a kernel, 72 kernels on sm_90), while Triton's own cache makes the compile itself free the second time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+
+def sass_instructions(cubin: bytes, pattern: re.Pattern) -> list[str]:
+    """The distinct matches of `pattern` in the cubin's SASS, sorted; [] where cuobjdump does not run here (never
+    kept: a later run with the tool disassembles)."""
+    try:
+        from triton.tools.disasm import get_sass, path_to_cuobjdump
+
+        tool = Path(path_to_cuobjdump())
+        key = hashlib.sha256(cubin + f"{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
+        kept = cache_dir() / f"{key.hexdigest()[:32]}.json"
+        if kept.is_file():
+            return json.loads(kept.read_text())
+        found = sorted(set(pattern.findall(get_sass(cubin))))
+    except Exception:
+        return []
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    partial = kept.with_suffix(f".{os.getpid()}")
+    partial.write_text(json.dumps(found))
+    partial.replace(kept)  # whole or absent for a concurrent reader
+    return found
+
+
+def cache_dir() -> Path:
+    """$XDG_CACHE_HOME (else ~/.cache) / rl_kernel / sass."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rl_kernel" / "sass"
