@@ -34,5 +34,10 @@ def test_a_kernels_sass_is_read_once_then_kept(tmp_path: Path, monkeypatch) -> N
     assert sass.sass_instructions(b"cubin-bb", PATTERN) == ["HGMMA.64x8x16.F32.BF16"] and len(calls) == 2
     assert sass.sass_instructions(b"broken", PATTERN) == [] and sass.sass_instructions(b"broken", PATTERN) == []
     assert calls.count(b"broken") == 2  # a failure is not kept
+    repo = str(sass.build_flags.REPO).encode()
+    assert sass.sass_instructions(b"line table: " + repo, PATTERN) == [f"HGMMA.64x{12 + len(repo)}x16.F32.BF16"]
+    monkeypatch.setattr(sass.build_flags, "REPO", Path("/another/clone"))  # the same kernel built in another clone
+    assert sass.sass_instructions(b"line table: /another/clone", PATTERN) != [] and calls.count(b"broken") == 2
+    assert len(calls) == 5  # 4 reads so far (a, bb, broken twice) + the first clone's: the second clone's was kept
     tool.write_text("another cuobjdump")  # another tool: read again
     assert sass.sass_instructions(b"cubin-a", PATTERN) == first and calls.count(b"cubin-a") == 2

@@ -10,6 +10,8 @@ import os
 import re
 from pathlib import Path
 
+from rl_kernel import build_flags
+
 
 def sass_instructions(cubin: bytes, pattern: re.Pattern) -> list[str]:
     """The distinct matches of `pattern` in the cubin's SASS, sorted; [] where cuobjdump does not run here (never
@@ -18,7 +20,9 @@ def sass_instructions(cubin: bytes, pattern: re.Pattern) -> list[str]:
         from triton.tools.disasm import get_sass, path_to_cuobjdump
 
         tool = Path(path_to_cuobjdump())
-        key = hashlib.sha256(cubin + f"{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
+        # The cubin's line table names the checkout's folder: left out, so another clone of the sources shares it.
+        own = cubin.replace(str(build_flags.REPO).encode(), b"<repo>")
+        key = hashlib.sha256(own + f"{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
         kept = cache_dir() / f"{key.hexdigest()[:32]}.json"
         if kept.is_file():
             return json.loads(kept.read_text())
