@@ -106,7 +106,7 @@ def scan(kernel, name: str, target: str, dtype: str, tile: dict, expected_k: set
     k_steps = sorted({int(m.group(2)) for m in DOT_RE.finditer(kernel.asm["ttgir"])})
     atomics = sorted(set(m.group(0).strip() for m in ATOMIC_RE[key].finditer(asm)))
     atomics += sorted(set(TTIR_ATOMIC_RE.findall(kernel.asm["ttir"])) and {"tt.atomic (TTIR)"})
-    sass = sass_instructions(kernel.asm["cubin"], INSTR_RE) if key == "ptx" else []
+    sass = sass_instructions(kernel, INSTR_RE) if key == "ptx" else []
     rep = Report(name, target, dtype, tile, instrs, sass, k_steps, sorted(expected_k), atomics)
     family = re.compile(t["instr"])
     if needs_mma and not instrs:

@@ -1,5 +1,5 @@
 """The matrix instructions of a compiled sm_90 kernel's SASS (cuobjdump, as Triton's wheel ships it), for
-compile_check's scan. Kept per (cubin, cuobjdump) in the user's cache: the disassembly is most of a target's scan
+compile_check's scan. Kept per (kernel, cuobjdump) in the user's cache: the disassembly is most of a target's scan
 (0.3 s a kernel, 72 kernels on sm_90), while Triton's own cache makes the compile itself free the second time."""
 
 from __future__ import annotations
@@ -9,24 +9,23 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-from rl_kernel import build_flags
 
-
-def sass_instructions(cubin: bytes, pattern: re.Pattern) -> list[str]:
-    """The distinct matches of `pattern` in the cubin's SASS, sorted; [] where cuobjdump does not run here (never
-    kept: a later run with the tool disassembles)."""
+def sass_instructions(kernel: Any, pattern: re.Pattern) -> list[str]:
+    """The distinct matches of `pattern` in the SASS of a Triton CompiledKernel's cubin, sorted; [] where cuobjdump
+    does not run here (never kept: a later run with the tool disassembles). The kernel is known by Triton's own
+    cache key (its `hash`: the source, options, target and Triton's version), not by the cubin's bytes, whose line
+    table names the folder of whichever clone compiled it first."""
     try:
         from triton.tools.disasm import get_sass, path_to_cuobjdump
 
         tool = Path(path_to_cuobjdump())
-        # The cubin's line table names the checkout's folder: left out, so another clone of the sources shares it.
-        own = cubin.replace(str(build_flags.REPO).encode(), b"<repo>")
-        key = hashlib.sha256(own + f"{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
+        key = hashlib.sha256(f"{kernel.hash}:{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
         kept = cache_dir() / f"{key.hexdigest()[:32]}.json"
         if kept.is_file():
             return json.loads(kept.read_text())
-        found = sorted(set(pattern.findall(get_sass(cubin))))
+        found = sorted(set(pattern.findall(get_sass(kernel.asm["cubin"]))))
     except Exception:
         return []
     kept.parent.mkdir(parents=True, exist_ok=True)
