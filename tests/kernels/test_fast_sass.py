@@ -42,5 +42,11 @@ def test_a_kernels_sass_is_read_once_then_kept(tmp_path: Path, monkeypatch) -> N
     broken = kernel("c", b"broken")
     assert sass.sass_instructions(broken, PATTERN) == [] and sass.sass_instructions(broken, PATTERN) == []
     assert calls.count(b"broken") == 2  # a failure is not kept
-    tool.write_text("another cuobjdump")  # another tool: read again
+    twin = tmp_path / "venv-of-another-clone" / "cuobjdump"  # the same tool elsewhere: kept
+    twin.parent.mkdir()
+    twin.write_text("a stand-in")
+    monkeypatch.setattr(triton_disasm, "path_to_cuobjdump", lambda: str(twin))
+    assert sass.sass_instructions(kernel("a", b"/work/one/linear.py"), PATTERN) == first and len(calls) == 4
+    twin.write_text("another cuobjdump")  # another tool: read again
+    sass._digest.cache_clear()
     assert sass.sass_instructions(kernel("a", b"/work/one/linear.py"), PATTERN) == first and len(calls) == 5

@@ -1,9 +1,10 @@
 """The matrix instructions of a compiled sm_90 kernel's SASS (cuobjdump, as Triton's wheel ships it), for
-compile_check's scan. Kept per (kernel, cuobjdump) in the user's cache: the disassembly is most of a target's scan
-(0.3 s a kernel, 72 kernels on sm_90), while Triton's own cache makes the compile itself free the second time."""
+compile_check's scan. Kept per (kernel, cuobjdump's bytes) in the user's cache: the disassembly is most of a target's
+scan (0.3 s a kernel, 72 kernels on sm_90), while Triton's own cache makes the compile itself free the second time."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -20,8 +21,7 @@ def sass_instructions(kernel: Any, pattern: re.Pattern) -> list[str]:
     try:
         from triton.tools.disasm import get_sass, path_to_cuobjdump
 
-        tool = Path(path_to_cuobjdump())
-        key = hashlib.sha256(f"{kernel.hash}:{tool.resolve()}:{tool.stat().st_size}:{pattern.pattern}".encode())
+        key = hashlib.sha256(f"{kernel.hash}:{_digest(path_to_cuobjdump())}:{pattern.pattern}".encode())
         kept = cache_dir() / f"{key.hexdigest()[:32]}.json"
         if kept.is_file():
             return json.loads(kept.read_text())
@@ -33,6 +33,12 @@ def sass_instructions(kernel: Any, pattern: re.Pattern) -> list[str]:
     partial.write_text(json.dumps(found))
     partial.replace(kept)  # whole or absent for a concurrent reader
     return found
+
+
+@functools.lru_cache
+def _digest(tool: str) -> str:
+    """sha256 of the cuobjdump binary: the same tool in another venv (another clone's) keys alike."""
+    return hashlib.sha256(Path(tool).read_bytes()).hexdigest()
 
 
 def cache_dir() -> Path:
