@@ -100,7 +100,7 @@ TRL_TESTS := tests/integrations/test_trl.py tests/harness/test_engines.py::test_
 # TRL's adapter at each end of its range (RLPARITY_REQUIRE_TRL: a TRL that does not import fails instead of skipping).
 PASSES := test-hf-lowest $(TRL_RANGE:%=test-trl-%)
 # One intra-op thread per test process (unless the caller sets it): pytest-xdist already runs a worker per core, and
-# torch's default of a thread per core in every worker oversubscribes them (the main pass took 7-10% longer so).
+# torch's default of a thread per core in every worker oversubscribes them (6-10% of the wall time of a sample of tests).
 test test-fast $(PASSES): export OMP_NUM_THREADS ?= 1
 test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 --durations=25 tests

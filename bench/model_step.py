@@ -164,10 +164,26 @@ def run_tier(model, tier: str, args, check_p, rollout_p, train_ids: torch.Tensor
         return _run(model, tier, serving, args, check_p, rollout_p, train_ids)
 
 
+def optimizer(model, serving: str):
+    """torch.optim.AdamW for stock and fast (whose promise is one architecture); ExactAdamW for exact."""
+    return (ExactAdamW if serving == "exact" else torch.optim.AdamW)(model.parameters(), lr=1e-6)
+
+
+def training_losses(tier: str, serving: str) -> dict[str, Callable[..., torch.Tensor]]:
+    """The training step's losses by stage: through the logits (stock's or rl_kernel's token log-probs); patched or
+    under a mode, through the fused head; where the tier chains dW, through rl_kernel.lm_head_loss."""
+    logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
+    losses = {"train": scored_loss(logits_scorer(logprobs))}
+    if tier != "stock":
+        losses["train_fused_head"] = scored_loss(fused_scorer(serving))
+        if head_loss.computes_in_forward(serving):
+            losses["train_fused_loss"] = fused_loss(serving)
+    return losses
+
+
 def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: torch.Tensor) -> dict:
     reps = args.exact_reps if serving == "exact" else args.reps
-    optimizer = ExactAdamW if serving == "exact" else torch.optim.AdamW
-    opt = optimizer(model.parameters(), lr=1e-6)
+    opt = optimizer(model, serving)
     res, stages = {}, {}
     if "check" not in args.skip:
         res["check"] = check(model.eval(), *check_p, args.check_new)
@@ -177,12 +193,7 @@ def _run(model, tier: str, serving: str, args, check_p, rollout_p, train_ids: to
         res["rollout"] = timing.both(stages, reps, warmup=1)["rollout"]
         print(f"{tier}: rollout {res['rollout']}", flush=True)
     model.train()
-    logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
-    heads = {} if "train" in args.skip else {"train": scored_loss(logits_scorer(logprobs))}
-    if tier != "stock" and "train" not in args.skip:
-        heads["train_fused_head"] = scored_loss(fused_scorer(serving))
-        if head_loss.computes_in_forward(serving):
-            heads["train_fused_loss"] = fused_loss(serving)
+    heads = {} if "train" in args.skip else training_losses(tier, serving)
     for name, loss_of in heads.items():
         if timing.gpu():
             torch.cuda.reset_peak_memory_stats()
@@ -251,12 +262,11 @@ def interleaved_training(model, tiers: list[str], rounds: int, train_ids: torch.
             mine = copy.deepcopy(model)
             mode = tier.startswith("mode-")
             serving = tier.removeprefix("mode-") if mode else stack.enter_context(model_shapes.in_tier(mine, tier))
-            opt = (ExactAdamW if serving == "exact" else torch.optim.AdamW)(mine.parameters(), lr=1e-6)  # as _run's
-            logprobs = contenders.stock_token_logprobs if tier == "stock" else rl_kernel.token_logprobs
-            losses = {tier: scored_loss(logits_scorer(logprobs))}
-            if not mode and tier != "stock" and head_loss.computes_in_forward(serving):
-                losses[f"{tier} fused-loss"] = fused_loss(serving)
-            for name, loss_of in losses.items():
+            opt = optimizer(mine, serving)
+            losses = training_losses(tier, serving)
+            paired = {tier: losses["train"]} | ({} if mode or "train_fused_loss" not in losses
+                                                else {f"{tier} fused-loss": losses["train_fused_loss"]})  # fmt: skip
+            for name, loss_of in paired.items():
                 fns[name] = _train_fn(mine.train(), train_ids, opt, loss_of, tier if mode else None)
         return timing.paired(fns, rounds, baseline="stock" if "stock" in tiers else tiers[0])
 

@@ -36,8 +36,7 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 def cache_dir() -> Path:
     """Where compiles are kept ($RL_KERNEL_CHECK_CACHE, else ~/.cache/rl_kernel/kernels-check)."""
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rl_kernel" / "kernels-check"
-    return Path(os.environ.get("RL_KERNEL_CHECK_CACHE") or default)
+    return Path(os.environ.get("RL_KERNEL_CHECK_CACHE") or build_flags.user_cache("kernels-check"))
 
 
 @contextlib.contextmanager

@@ -22,6 +22,13 @@ PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parents[1]  # kernels/rl_kernel -> the repository root
 SOURCE_SUFFIXES = (".h", ".cuh", ".cpp", ".cu")  # what a compiled tier's folders hold besides Python
 
+
+def user_cache(*parts: str) -> Path:
+    """$XDG_CACHE_HOME (else ~/.cache) / rl_kernel / parts: where builds and scans kept per user live (the variant
+    builds, kernels-check's compiles, the fast tier's SASS), shared by every clone on the machine."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "rl_kernel", *parts)
+
+
 # Host C++ (the CPU golden reference): every mul and add rounded on its own.
 CXX_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-fast-math", "-fno-finite-math-only"]
 

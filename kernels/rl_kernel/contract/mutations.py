@@ -26,7 +26,7 @@ LIBRARY_NAME = "rl_kernel_mutations"
 
 
 def default_cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rl_kernel"
+    return build_flags.user_cache()
 
 
 def build_spec(gpu: bool = False, hip: bool | None = None) -> dict:

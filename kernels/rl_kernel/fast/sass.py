@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rl_kernel import build_flags
+
 
 def sass_instructions(kernel: Any, pattern: re.Pattern) -> list[str]:
     """The distinct matches of `pattern` in the SASS of a Triton CompiledKernel's cubin, sorted; [] where cuobjdump
@@ -42,5 +44,4 @@ def _digest(tool: str) -> str:
 
 
 def cache_dir() -> Path:
-    """$XDG_CACHE_HOME (else ~/.cache) / rl_kernel / sass."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rl_kernel" / "sass"
+    return build_flags.user_cache("sass")
