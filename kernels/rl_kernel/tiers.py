@@ -151,12 +151,13 @@ class Tier:
     def api(self) -> ModuleType:
         return importlib.import_module(self.package)
 
-    def _fallback(self) -> Tier | None:
+    def below(self) -> Tier | None:
+        """The fallback tier's descriptor (None: the tier has none)."""
         return get(self.fallback) if self.fallback else None
 
     def all_operators(self) -> tuple[str, ...]:
         """Its own operators and those its fallback serves, sorted."""
-        below = self._fallback()
+        below = self.below()
         return tuple(sorted({*self.operators, *(below.all_operators() if below else ())}))
 
     def op(self, name: str) -> Any:
@@ -170,7 +171,7 @@ class Tier:
     def _served(self, name: str) -> Any:
         if name in self.operators:
             return getattr(self.api(), name)
-        below = self._fallback()
+        below = self.below()
         if below is None or name not in below.all_operators():
             raise TierError(
                 f"rl_kernel: the {self.name} tier provides no operator {name!r} "
@@ -197,7 +198,7 @@ class Tier:
         """The fused head's GEMMs: the tier's own, else (when its linear is the fallback's) the fallback's."""
         if self.head is not None:
             return _load(self.head)()
-        below = self._fallback()
+        below = self.below()
         if below is None or "linear" in self.operators:
             raise TierError(f"rl_kernel: the {self.name} tier has no fused-head GEMMs (its descriptor names no head)")
         return below.head_gemms()
@@ -206,7 +207,7 @@ class Tier:
         """The fused head's row operators: the tier's own, else its fallback's (a clear error when none has them)."""
         if self.rows is not None:
             return _load(self.rows)
-        below = self._fallback()
+        below = self.below()
         if below is None:
             raise TierError(f"rl_kernel: the {self.name} tier has no row operators for the fused head (its "
                             "descriptor names no rows and no fallback)")  # fmt: skip
@@ -293,6 +294,12 @@ def get(name: str) -> Tier:
     if name not in known:
         raise TierError(f"rl_kernel: tier {name!r} is not available (available: {', '.join(known)})")
     return known[name]
+
+
+def resolve(tier: str | Tier) -> Tier:
+    """A tier as an entry point takes it (a name, or the descriptor already resolved): the descriptor, looked up
+    only for a name. Entry points (patch, the mode, the fused head, a cell) resolve once and pass the Tier down."""
+    return tier if isinstance(tier, Tier) else get(tier)
 
 
 def target_of(device: Any) -> str:

@@ -27,6 +27,7 @@ import rl_kernel
 from rl_kernel import models
 from rl_kernel.aten import mode as aten_mode
 from rl_kernel.bitwise import bits_equal, diff
+from rl_kernel.integrations.patched import layers_of
 from rlparity.cell.workloads import model as M
 
 VOCAB, NEW = 211, 4
@@ -71,25 +72,23 @@ CALLS = {"prefill": prefill, "training": training, "decode step": decode}
 
 
 def untraceable(model) -> None:
-    """The control: every swapped layer's silu_mul opens a file first (dynamo cannot trace open())."""
-    for m in model.modules():
-        layers = type(m).__dict__.get("_rl_layers")
-        if layers is not None and not hasattr(layers, "_real_silu_mul"):
-            real = layers.silu_mul
+    """The control: the swapped layers' silu_mul (the namespace patch() gave every module) opens a file first
+    (dynamo cannot trace open())."""
+    layers = layers_of(model)
+    real = layers.silu_mul
 
-            def opening(gate, up, real=real):
-                with open(os.devnull):
-                    return real(gate, up)
+    def opening(gate, up):
+        with open(os.devnull):
+            return real(gate, up)
 
-            layers._real_silu_mul, layers.silu_mul = real, opening
+    layers._real_silu_mul, layers.silu_mul = real, opening
 
 
 def restore(model) -> None:
-    for m in model.modules():
-        layers = type(m).__dict__.get("_rl_layers")
-        if layers is not None and hasattr(layers, "_real_silu_mul"):
-            layers.silu_mul = layers._real_silu_mul
-            del layers._real_silu_mul
+    layers = layers_of(model)
+    if hasattr(layers, "_real_silu_mul"):
+        layers.silu_mul = layers._real_silu_mul
+        del layers._real_silu_mul
 
 
 def graph_checks(tier: str, device: str) -> dict[str, bool]:

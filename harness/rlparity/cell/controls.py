@@ -60,12 +60,12 @@ def _check(control: str) -> None:
         raise ValueError(f"unknown RLPARITY_CONTROL {control!r} (known: {', '.join(CONTROLS)})")
 
 
-def logprob_fn(control: str = "none", tier: str = "exact") -> LogprobFn:
+def logprob_fn(control: str = "none", tier: str | rl_kernel.tiers.Tier = "exact") -> LogprobFn:
     """The token log-prob function a cell runs: the tier's (rl_kernel.tiers), or a negative control."""
     _check(control)
     # fma-build swaps the library underneath rl_kernel; rank-order breaks only the vocab-parallel merge
     if control in ("none", "fma-build", "range-unchecked", "rank-order"):
-        op = rl_kernel.tiers.get(tier).op("token_logprobs")
+        op = rl_kernel.tiers.resolve(tier).op("token_logprobs")
         return _exact if op is rl_kernel.token_logprobs else functools.partial(_tier_logprobs, op)
     return {
         "ulp-flip": _ulp_flip,

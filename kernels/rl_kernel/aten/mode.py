@@ -124,7 +124,7 @@ ACCUMULATING = {"index_put", "index_put_", "_index_put_impl_"}  # batch-variant 
 
 @dataclass
 class _Active:
-    tier: str
+    tier: tiers.Tier
     library: torch.library.Library
     checks: Checks  # what its calls deferred to its exit (mode_ops.Checks)
 
@@ -136,11 +136,11 @@ _STACK: list[_Active] = []
 def active() -> str | None:
     """The tier the mode serves now (the innermost), or None."""
     with _LOCK:
-        return _STACK[-1].tier if _STACK else None
+        return _STACK[-1].tier.name if _STACK else None
 
 
 @contextlib.contextmanager
-def mode(tier: str = "exact") -> Iterator[None]:
+def mode(tier: str | tiers.Tier = "exact") -> Iterator[None]:
     """The tier's kernels for SERVED's aten operators, in the whole process, until the block exits (then a ModeError
     for what its calls deferred: disable()); an exception from the block is the one raised."""
     enable(tier)
@@ -152,9 +152,9 @@ def mode(tier: str = "exact") -> Iterator[None]:
     disable()
 
 
-def enable(tier: str = "exact") -> None:
+def enable(tier: str | tiers.Tier = "exact") -> None:
     """Start serving SERVED's operators by `tier` (over any mode already on) until the matching disable()."""
-    t = tiers.get(tier)
+    t = tiers.resolve(tier)
     library = torch.library.Library("aten", "IMPL")  # a process-wide override is the point
     checks = Checks()
     # Triton's interpreter runs a Triton tier's kernels on the CPU: the mode serves it there too (the tests' way).
@@ -174,8 +174,8 @@ def enable(tier: str = "exact") -> None:
     with _LOCK:
         if not _STACK:
             _hold_compiles()
-        _STACK.append(_Active(t.name, library, checks))
-        mode_norms.serve(t.name)
+        _STACK.append(_Active(t, library, checks))
+        mode_norms.serve(t)
 
 
 def disable() -> None:
@@ -243,7 +243,7 @@ def _served(t: tiers.Tier, checks: Checks) -> dict[str, Callable]:
     own = _servers(t, checks)
     if not t.fallback:
         return own
-    below, mine = _served(tiers.get(t.fallback), checks), {_DTYPES[d] for d in t.dtypes}
+    below, mine = _served(t.below(), checks), {_DTYPES[d] for d in t.dtypes}
     return {name: by_dtype(mine, serve, below[name]) for name, serve in own.items()}
 
 
@@ -453,10 +453,11 @@ def _kind(op: str, args: tuple, kwargs: dict, out) -> str:
     return "unserved" if floats and float_out and BATCH_VARIANT.match(op) else "other"
 
 
-def audit(fn: Callable[[], object], tier: str = "exact") -> Audit:
+def audit(fn: Callable[[], object], tier: str | tiers.Tier = "exact") -> Audit:
     """Run fn (a forward and backward, say) under mode(tier) and record every aten operator it runs."""
-    found = Audit(tiers.get(tier).name)
-    with mode(tier), _Recorder(found):
+    t = tiers.resolve(tier)
+    found = Audit(t.name)
+    with mode(t), _Recorder(found):
         mode_positions.RECORDING.append(found.calls)
         try:
             fn()

@@ -56,8 +56,8 @@ def is_llama_norm(cls: type) -> bool:
     )
 
 
-def _served_forward(tier: str, original: Callable) -> Callable:
-    rms_norm = tiers.get(tier).namespace().rms_norm
+def _served_forward(tier: tiers.Tier, original: Callable) -> Callable:
+    rms_norm = tier.op("rms_norm")
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         w = self.weight
@@ -65,18 +65,18 @@ def _served_forward(tier: str, original: Callable) -> Callable:
             return original(self, hidden_states)
         return rms_norm(hidden_states, w, self.variance_epsilon)
 
-    forward._rl_kernel_mode_norm = tier  # what tests and locate read: served, by which tier
+    forward._rl_kernel_mode_norm = tier.name  # what tests and locate read: served, by which tier
     return forward
 
 
-def _serve(cls: type, tier: str) -> None:
+def _serve(cls: type, tier: tiers.Tier) -> None:
     if cls in _ORIGINAL or not is_llama_norm(cls):
         return
     _ORIGINAL[cls] = cls.__dict__["forward"]
     cls.forward = _served_forward(tier, _ORIGINAL[cls])
 
 
-def _serve_class(cls: type, tier: str) -> None:
+def _serve_class(cls: type, tier: tiers.Tier) -> None:
     """Whatever the mode serves of a class above aten: a Llama-formula norm, a base model's positions."""
     _serve(cls, tier)
     mode_positions.serve_class(cls)
@@ -92,7 +92,7 @@ def _subclasses(root: type) -> set[type]:
     return found
 
 
-def serve(tier: str | None) -> None:
+def serve(tier: tiers.Tier | None) -> None:
     """Every Llama-formula norm class served by `tier` (the innermost mode's), or all restored (None). The caller
     (aten_mode's enable / disable) holds its lock."""
     for cls, forward in _ORIGINAL.items():

@@ -17,7 +17,7 @@ __all__ = ["Case", "OpSpec", "all_specs", "families"]
 
 
 def _tier(tier: Tier | str | None) -> Tier:
-    return tier if isinstance(tier, Tier) else tiers.get(tier or "exact")
+    return tiers.resolve(tier or "exact")
 
 
 def families(tier: Tier | str | None = None) -> dict[str, ModuleType]:

@@ -50,6 +50,23 @@ VOCAB_CHUNK = 2048  # columns per chunk: 1/74 of a 151936 vocabulary; dHidden's 
 FORWARD_ELEMENTS = 1 << 28  # logits per row block of the one-device forward at most (512 MB in bf16)
 
 
+# ---- the tier, resolved once per call ----------------------------------------------------------------
+@dataclass(frozen=True)
+class HeadTier:
+    """A tier as the fused head uses it, resolved once per call (one HeadGemms) at the public function."""
+
+    tier: tiers.Tier
+    gemms: HeadGemms
+    rows: Any  # Tier.row_ops
+
+    @classmethod
+    def of(cls, tier: str | tiers.Tier | HeadTier) -> HeadTier:
+        if isinstance(tier, HeadTier):
+            return tier
+        t = tiers.resolve(tier)
+        return cls(t, t.head_gemms(), t.row_ops())
+
+
 # ---- the walk over vocabulary chunks ---------------------------------------------------------------
 def _single(t: torch.Tensor) -> list[torch.Tensor]:
     return [t]
@@ -70,17 +87,15 @@ class Plan:
     ranks: tuple[Slice, ...]
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
-    gemms: Any = field(default=None, compare=False, repr=False)  # the tier's HeadGemms, resolved once per call
+    gemms: Any = field(default=None, compare=False, repr=False)  # the tier's HeadGemms (HeadTier: once per call)
     row_ops: Any = field(default=None, compare=False, repr=False)  # the tier's row operators (Tier.row_ops)
 
     @classmethod
-    def of(cls, tier: str, vocab_size: int, chunk: int, ranks: tuple[Slice, ...], *, temperature: float | None,
+    def of(cls, ht: HeadTier, vocab_size: int, chunk: int, ranks: tuple[Slice, ...], *, temperature: float | None,
            ignore_index: int, entropy: bool, me: int = 0, exchange: rowtree.Exchange = _single) -> Plan:  # fmt: skip
-        """A call's plan: the tier resolved once (its name, GEMMs and row operators, which every step below uses),
-        the walk one chunk per call until _apply widens it."""
-        t = tiers.get(tier)
-        return cls(t.name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy), tuple(ranks), me,
-                   exchange, t.head_gemms(), t.row_ops())  # fmt: skip
+        """A call's plan: the call's tier (its GEMMs and row operators), the walk one chunk per call (_apply)."""
+        return cls(ht.tier.name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy),
+                   tuple(ranks), me, exchange, ht.gemms, ht.rows)  # fmt: skip
 
     @property
     def rows(self) -> int:
@@ -338,13 +353,14 @@ class _Head(torch.autograd.Function):
 
 
 # ---- the public functions ---------------------------------------------------------------------------
-def check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced: bool = False) -> int:
+def check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, ht: HeadTier,
+               sliced: bool = False) -> int:  # fmt: skip
     """Clear errors naming the argument; returns the vocabulary size. sliced: weight is one rank's rows (its
     vocab_size is the whole vocabulary's, checked by the layout)."""
-    for name, t in (("hidden", hidden), ("weight", weight)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"rl_kernel: lm_head_logprobs: {name} must be a torch.Tensor, got {type(t).__name__}")
-    t = tiers.get(tier)
+    for name, u in (("hidden", hidden), ("weight", weight)):
+        if not isinstance(u, torch.Tensor):
+            raise TypeError(f"rl_kernel: lm_head_logprobs: {name} must be a torch.Tensor, got {type(u).__name__}")
+    t = ht.tier
     if hidden.dtype not in (torch.float32, torch.bfloat16, torch.float16) or (
         hidden.dtype == torch.float32 and "fp32" not in t.dtypes
     ):
@@ -365,9 +381,8 @@ def check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperatur
                 "model's lm_head computes)"
             )
     check_same_device({"hidden": hidden, "weight": weight, "bias": bias, "tokens": tokens})
-    gemms = t.head_gemms()
-    if gemms.check is not None:
-        gemms.check(hidden, weight, bias)
+    if ht.gemms.check is not None:
+        ht.gemms.check(hidden, weight, bias)
     vocab = weight.shape[0] if vocab_size is None else int(vocab_size)
     if not 1 <= vocab <= (vocab if sliced else weight.shape[0]):
         raise ValueError(
@@ -386,7 +401,7 @@ def lm_head_logprobs(
     weight: torch.Tensor,
     tokens: torch.Tensor,
     *,
-    tier: str = "exact",
+    tier: str | tiers.Tier | HeadTier = "exact",
     bias: torch.Tensor | None = None,
     temperature: float | None = None,
     entropy: bool = False,
@@ -399,9 +414,10 @@ def lm_head_logprobs(
     columns, without materialising the logits; (logp, entropy) with entropy=True. Bit for bit `unfused(...)`;
     differentiable in hidden, weight and bias. ignore_index positions give 0 (and no gradient); with
     validate=True an id outside [0, vocab_size) is a ValueError (validate=False: NaN at that position)."""
-    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
+    ht = HeadTier.of(tier)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, ht)
     whole = (Slice(0, weight.shape[0], vocab),)
-    plan = Plan.of(tier, vocab, vocab_chunk, whole, temperature=temperature, ignore_index=ignore_index, entropy=entropy)
+    plan = Plan.of(ht, vocab, vocab_chunk, whole, temperature=temperature, ignore_index=ignore_index, entropy=entropy)
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
 
@@ -435,7 +451,7 @@ def vocab_parallel(
     *,
     vocab_start: int,
     vocab_size: int,
-    tier: str = "exact",
+    tier: str | tiers.Tier | HeadTier = "exact",
     bias: torch.Tensor | None = None,
     temperature: float | None = None,
     entropy: bool = False,
@@ -444,13 +460,14 @@ def vocab_parallel(
     validate: bool = True,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The fused head over a vocab-parallel lm_head (rl_kernel.head.parallel.lm_head_logprobs documents it)."""
-    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier, sliced=True)
+    ht = HeadTier.of(tier)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, ht, sliced=True)
     ranks, me = rowtree.layout(weight.t(), vocab_start, vocab, group)  # the weight's rows are the rank's columns
     exchange = rowtree.all_gather_exchange(group)
     chunks = [int(c) for c in exchange(torch.tensor([vocab_chunk], device=weight.device))]
     if len(set(chunks)) != 1:
         raise ValueError(f"rl_kernel.head.parallel.lm_head_logprobs: vocab_chunk differs between ranks: {chunks}")
-    plan = Plan.of(tier, vocab, vocab_chunk, tuple(ranks), temperature=temperature, ignore_index=ignore_index,
+    plan = Plan.of(ht, vocab, vocab_chunk, tuple(ranks), temperature=temperature, ignore_index=ignore_index,
                    entropy=entropy, me=me, exchange=exchange)  # fmt: skip
     return _apply(plan, hidden, weight, tokens, bias, validate)
 
@@ -460,7 +477,7 @@ def unfused(
     weight: torch.Tensor,
     tokens: torch.Tensor,
     *,
-    tier: str = "exact",
+    tier: str | tiers.Tier | HeadTier = "exact",
     bias: torch.Tensor | None = None,
     temperature: float | None = None,
     entropy: bool = False,
@@ -469,8 +486,9 @@ def unfused(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """What lm_head_logprobs computes, the plain way: the logits materialised (the reference its tests hold it
     to, and the unfused path of the benchmarks)."""
-    vocab = check_args(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, tier)
-    t = tiers.get(tier)
+    ht = HeadTier.of(tier)
+    vocab = check_args(hidden, weight, tokens, bias, vocab_size, VOCAB_CHUNK, temperature, ht)
+    t = ht.tier
     logits = t.op("linear")(hidden, weight, bias)
     if temperature is not None:
         logits = divide_by_temperature(logits, temperature)

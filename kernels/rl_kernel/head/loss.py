@@ -68,7 +68,7 @@ def lm_head_loss(
     reduce: Reduce,
     inputs: Sequence[torch.Tensor] = (),
     *,
-    tier: str = "exact",
+    tier: str | tiers.Tier | head.HeadTier = "exact",
     bias: torch.Tensor | None = None,
     temperature: float | None = None,
     entropy: bool = False,
@@ -79,13 +79,14 @@ def lm_head_loss(
 ) -> HeadLoss:
     """reduce(token_loss(log p(tokens) [, entropy], *inputs)) from the hidden states, bit for bit `composed(...)`
     with its gradients; the module's docstring states what token_loss and reduce must be."""
-    vocab = head.check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, tier)
+    ht = head.HeadTier.of(tier)
+    vocab = head.check_args(hidden, weight, tokens, bias, vocab_size, vocab_chunk, temperature, ht)
     inputs = _check_inputs(tokens, inputs, token_loss, reduce)
-    if not computes_in_forward(tier) or bias is not None or hidden.numel() == 0 or any(t.requires_grad for t in inputs):
-        return composed(hidden, weight, tokens, token_loss, reduce, inputs, tier=tier, bias=bias,
+    if not computes_in_forward(ht) or bias is not None or hidden.numel() == 0 or any(t.requires_grad for t in inputs):
+        return composed(hidden, weight, tokens, token_loss, reduce, inputs, tier=ht, bias=bias,
                         temperature=temperature, entropy=entropy, vocab_size=vocab_size, ignore_index=ignore_index,
                         vocab_chunk=vocab_chunk, validate=validate)  # fmt: skip
-    plan = head.Plan.of(tier, vocab, vocab_chunk, (Slice(0, weight.shape[0], vocab),), temperature=temperature,
+    plan = head.Plan.of(ht, vocab, vocab_chunk, (Slice(0, weight.shape[0], vocab),), temperature=temperature,
                         ignore_index=ignore_index, entropy=entropy)  # fmt: skip
     tok = head.flat_tokens(plan, hidden, tokens, validate)
     lead = hidden.shape[:-1]
@@ -96,10 +97,10 @@ def lm_head_loss(
     return HeadLoss(loss, logp.view(lead), ent.view(lead) if entropy else None)
 
 
-def computes_in_forward(tier: str) -> bool:
+def computes_in_forward(tier: str | tiers.Tier | head.HeadTier) -> bool:
     """Whether the tier's lm_head_loss computes the gradients in its forward (the tier chains dW), not the
     composition."""
-    return tiers.get(tier).head_gemms().dw_chain is not None
+    return head.HeadTier.of(tier).gemms.dw_chain is not None
 
 
 def composed(

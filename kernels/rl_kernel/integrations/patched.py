@@ -73,14 +73,20 @@ def is_patched(model: nn.Module) -> bool:
 
 
 def layers_of(model: nn.Module) -> Any:
-    """The operators of the tier a patched model runs in (its descriptor's namespace)."""
-    tier = tier_of(model)
-    if tier is None:
+    """The operators of the tier a patched model runs in (the namespace patch() resolved)."""
+    state = getattr(model, _STATE, None)
+    if state is None:
         raise ValueError("rl_kernel: this model is not patched")
-    return tiers.get(tier).namespace()
+    return state["layers"]
 
 
 def tier_of(model: nn.Module) -> str | None:
-    """The tier a patched model runs in (None when it is not patched)."""
+    """The name of the tier a patched model runs in (None when it is not patched)."""
+    desc = descriptor_of(model)
+    return None if desc is None else desc.name
+
+
+def descriptor_of(model: nn.Module) -> tiers.Tier | None:
+    """The tier a patched model runs in, as patch() resolved it (None when it is not patched)."""
     state = getattr(model, _STATE, None)
     return state["tier"] if state else None

@@ -53,7 +53,7 @@ from rl_kernel.inputs import DTYPE_NAMES
 from rl_kernel.integrations import experts, generation, paged
 from rl_kernel.integrations.frameworks import divide_by_temperature
 from rl_kernel.integrations.generation import key_mask, positions
-from rl_kernel.integrations.patched import _STATE, is_patched, layers_of, tier_attention, tier_of
+from rl_kernel.integrations.patched import _STATE, descriptor_of, is_patched, layers_of, tier_attention, tier_of
 
 ATTENTION = "rl_kernel_{tier}"  # the name registered in transformers' AttentionInterface, per tier
 ARCHITECTURES = (
@@ -71,7 +71,7 @@ TRANSFORMERS_RANGE = ">=5.0,<6"  # tested at both ends (requirements-hf.txt, .ci
 
 
 # ---- the swapped layers ---------------------------------------------------------------------------
-# Each swapped class carries its tier's operators as `_rl_layers` (rl_kernel.tiers: Tier.namespace()).
+# Each swapped module holds its tier's operators as `_rl_layers` (patch() resolves them once: Tier.namespace()).
 def _linear_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     ready = self.__dict__.get("_rl_ready")  # computed with its group for this input (_attention_forward)
     if ready is not None and ready[0] is x:
@@ -200,8 +200,9 @@ def _kind(module: nn.Module) -> str | None:
 
 @functools.cache
 def _tier_class(cls: type, kind: str, tier: str) -> type:
-    """A subclass of cls whose forward is the tier's (one per class and tier, so isinstance still holds)."""
-    attrs = {"forward": _FORWARDS[kind], "_rl_original": cls, "_rl_layers": tiers.get(tier).namespace()}
+    """A subclass of cls whose forward is the tier's (one per class and tier, so isinstance still holds); each
+    patched module holds the operators patch() resolved as `_rl_layers`."""
+    attrs = {"forward": _FORWARDS[kind], "_rl_original": cls}
     return type(f"{tier.capitalize()}{cls.__name__}", (cls,), attrs)
 
 
@@ -312,12 +313,12 @@ def _head_dim(config: Any) -> int:
 
 
 # ---- patch / unpatch -------------------------------------------------------------------------------
-def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
+def patch(model: nn.Module, tier: str | tiers.Tier = "exact") -> nn.Module:
     """Put a loaded Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / OLMoE / GPT-OSS causal LM (transformers 5) in an
     rl_kernel tier (rl_kernel.tiers: "exact" by default, "fast"), in place; returns it. unpatch(model) restores it.
     Raises TypeError / ValueError naming what is supported otherwise (an unknown tier names the available ones)."""
     try:
-        desc = tiers.get(tier)
+        desc = tiers.resolve(tier)
     except tiers.TierError as exc:
         raise ValueError(str(exc)) from exc
     if hasattr(model, _STATE):
@@ -338,9 +339,10 @@ def patch(model: nn.Module, tier: str = "exact") -> nn.Module:
         if kind == "router":
             experts.probe_router(module)
         module.__class__ = _tier_class(type(module), kind, desc.name)
+        module._rl_layers = layers
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     base.forward = _model_forward(base.forward)
-    setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base, "tier": desc.name})
+    setattr(model, _STATE, {"attn": model.config._attn_implementation, "base": base, "tier": desc, "layers": layers})
     model.config._attn_implementation = attention
     # generate() with a static cache turns the 2-d mask into 4-d ones first; the patched forward derives all it
     # needs from the 2-d mask, so it gets that one (generate's running [batch, cache + new] mask), padded to the
@@ -363,6 +365,7 @@ def unpatch(model: nn.Module) -> nn.Module:
             module.__dict__.pop("_rl_inv_freq", None)
             module.__dict__.pop("_rl_inv_freq_on", None)
             module.__dict__.pop("_rl_router", None)
+            module.__dict__.pop("_rl_layers", None)
     del state["base"].forward
     for name in ("create_masks_for_generate", "get_compiled_call", "_rl_compiled", "generate_batch"):
         model.__dict__.pop(name, None)
@@ -387,7 +390,7 @@ def completion_logprobs(
     bit token_logprobs of the model's own logits for those positions (divided by temperature as generate()
     divides: divide_by_temperature), i.e. of generate()'s scores; differentiable. Peak memory: a vocab_chunk
     slice of the logits instead of all of them."""
-    tier = tier_of(model)
+    tier = descriptor_of(model)
     if tier is None:
         raise ValueError("rl_kernel: completion_logprobs needs a model patched with rl_kernel (patch(model, tier=...))")
     if not 0 < logits_to_keep < input_ids.shape[-1]:
@@ -452,6 +455,7 @@ __all__ = [
     "ATTENTION",
     "TRANSFORMERS_RANGE",
     "GumbelSampler",
+    "descriptor_of",
     "is_patched",
     "layers_of",
     "patch",

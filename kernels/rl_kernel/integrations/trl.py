@@ -154,7 +154,7 @@ def _fused_output(model, args, kw, labels, shift_labels, num_items_in_batch, tem
     from trl.trainer.utils import FusedCausalLMOutput
 
     from rl_kernel.head import lm_head_logprobs
-    from rl_kernel.integrations.transformers import tier_of
+    from rl_kernel.integrations.patched import descriptor_of
 
     used = sorted(k for k in ("output_router_logits", "pixel_values") if kw.get(k))
     if used:
@@ -168,7 +168,7 @@ def _fused_output(model, args, kw, labels, shift_labels, num_items_in_batch, tem
     mask = labels != -100
     lm_head = model.get_output_embeddings()
     logp, ent = lm_head_logprobs(
-        hidden, lm_head.weight, labels, tier=tier_of(model), bias=lm_head.bias,
+        hidden, lm_head.weight, labels, tier=descriptor_of(model), bias=lm_head.bias,
         temperature=_temperature(temperature), entropy=True,
     )  # fmt: skip
     ent = ent.masked_fill(~mask, 0.0) if "entropy" in outputs else None

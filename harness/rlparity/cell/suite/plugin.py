@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from rl_kernel import tiers
 from rl_kernel.bitwise import diff, digest
 from rlparity import golden
 from rlparity.cells import Cell
@@ -97,6 +98,7 @@ class SuitePlugin:
         self._cell = cell
         self._control = control
         self._params = dict(params or {})
+        self._tier: tiers.Tier | None = None
         self.recorder = Recorder(params_where=cell.params_where, params_key=f"shapes.{cell.shapes}.params")
 
     @pytest.fixture
@@ -106,6 +108,13 @@ class SuitePlugin:
     @pytest.fixture
     def control(self) -> str:
         return self._control
+
+    @pytest.fixture
+    def tier(self) -> tiers.Tier:
+        """The cell's tier, resolved once in the cell (its suites pass this descriptor down, not the name)."""
+        if self._tier is None:
+            self._tier = tiers.get(self._cell.tier)
+        return self._tier
 
     @pytest.fixture
     def params(self) -> dict[str, Any]:

@@ -69,10 +69,10 @@ def _views(model, architecture: str, p: M.Prompts, sequences: torch.Tensor, new:
     }
 
 
-def test_generate_matches_forward_under_the_mode(cell, record, shape, architecture, params):
+def test_generate_matches_forward_under_the_mode(cell, tier, record, shape, architecture, params):
     dev = devices(cell.platform, cell.placement)[0]
     p = M.prompts(shape[0], shape[2], cell.seed)
-    with rl_kernel.mode(cell.tier):
+    with rl_kernel.mode(tier):
         model = _model(architecture, shape[2], cell, dev, params)
         sequences, logits = _generate(model, architecture, p, shape[1], dev)
         views = _views(model, architecture, p, sequences, shape[1], dev)
@@ -85,7 +85,7 @@ def test_generate_matches_forward_under_the_mode(cell, record, shape, architectu
     assert not failures, "; ".join(failures)
 
 
-def test_the_mode_covers_the_architecture(cell, record, shape, architecture, params):
+def test_the_mode_covers_the_architecture(cell, tier, record, shape, architecture, params):
     """A training forward and backward under the mode leaves no batch-variant aten operator to stock."""
     dev = devices(cell.platform, cell.placement)[0]
     model = _model(architecture, shape[2], cell, dev, params)
@@ -95,7 +95,7 @@ def test_the_mode_covers_the_architecture(cell, record, shape, architecture, par
         out = model(ids, mask) if architecture == PLAIN else model(input_ids=ids, attention_mask=mask).logits
         out.float().sum().backward()
 
-    found = aten_mode.audit(step, cell.tier)
+    found = aten_mode.audit(step, tier)
     for op, count in found.served.items():
         record.metric(f"{_sid(shape, architecture)} served {op}", count)
     assert found.covered, found.summary()

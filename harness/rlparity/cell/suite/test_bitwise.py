@@ -24,10 +24,10 @@ def make_episode(shape, cell):
     return build_episode(cell.workload, *shape, cell.dtype, cell.seed)
 
 
-def test_rollout_matches_training(cell, control, record, shape):
+def test_rollout_matches_training(cell, control, tier, record, shape):
     """Per-step decode log-probs (each step its own batch) == teacher-forced log-probs with autograd on."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control, cell.tier)
+    lp = logprob_fn(control, tier)
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     rollout = rollout_logprobs(ep, lp, rollout_dev, cell.seed)
     training, grad = training_logprobs(ep, lp, train_dev)
@@ -39,11 +39,11 @@ def test_rollout_matches_training(cell, control, record, shape):
     assert d.equal, d.summary()
 
 
-def test_batch_invariance(cell, control, record, shape):
+def test_batch_invariance(cell, control, tier, record, shape):
     """A row alone, the first rows as a small batch, in reversed batch order and as a strided view: the
     same bits as in the whole batch."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control, cell.tier)
+    lp = logprob_fn(control, tier)
     dev = devices(cell.platform, cell.placement)[1]
     stats = stats_fn(control)
     views = batch_views(ep)
@@ -62,10 +62,10 @@ def test_batch_invariance(cell, control, record, shape):
     assert not failures, "; ".join(failures)
 
 
-def test_run_to_run(cell, control, record, shape):
+def test_run_to_run(cell, control, tier, record, shape):
     """The training path repeated (cell.repeats times in all): identical log-probs and gradients."""
     ep = make_episode(shape, cell)
-    lp = logprob_fn(control, cell.tier)
+    lp = logprob_fn(control, tier)
     dev = devices(cell.platform, cell.placement)[1]
     first_lp, first_grad = training_logprobs(ep, lp, dev)
     failures = []
@@ -78,24 +78,24 @@ def test_run_to_run(cell, control, record, shape):
     assert not failures, "; ".join(failures)
 
 
-def test_golden_digests(cell, control, record, shape):
+def test_golden_digests(cell, control, tier, record, shape):
     """The tier's committed digests (the same for every target in the exact tier)."""
     keys = {what: golden.key(cell.dtype, shape, cell.seed, what, cell.workload) for what in golden.OUTPUTS}
     dev = devices(cell.platform, cell.placement)[1]
     ep = make_episode(shape, cell)
-    lp, grad = training_logprobs(ep, logprob_fn(control, cell.tier), dev)
+    lp, grad = training_logprobs(ep, logprob_fn(control, tier), dev)
     stats = stats_fn(control)(to_device(ep.logits.reshape(-1, shape[2]), dev))
     actual = {"logprobs": digest(lp), "grad": digest(grad), "stats": digest(stats)}
     check_committed(cell, record, golden.shape_id(shape, cell.workload), keys, actual)
 
 
-def test_split_matches_single(cell, control, record, shape):
+def test_split_matches_single(cell, control, tier, record, shape):
     """split placement: the vocabulary cut across tp ranks (vocab-parallel, rl_kernel.head.parallel), each rank
     holding only its slice of the logits: the gathered log-probs and gradient == the single-device run."""
     if cell.placement != "split":
         pytest.skip(f"placement is {cell.placement}, not split")
     ep = make_episode(shape, cell)
-    single_lp, single_grad = training_logprobs(ep, logprob_fn(control, cell.tier), devices(cell.platform, "single")[1])
+    single_lp, single_grad = training_logprobs(ep, logprob_fn(control, tier), devices(cell.platform, "single")[1])
     failures = []
     for tp in split_tps(cell.platform):
         split_lp, split_grad = split_training(shape, cell.dtype, cell.seed, cell.platform, control, cell.workload, tp)

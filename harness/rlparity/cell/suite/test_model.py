@@ -30,33 +30,33 @@ def _sid(shape, family: str) -> str:
 _FIRST_STEPS: dict[tuple, tuple[M.Rollout, M.StepResult]] = {}
 
 
-def _first_rl_step(family: str, shape, cell, device, params, keep: bool = False) -> tuple[M.Rollout, M.StepResult]:
+def _first_rl_step(family: str, shape, cell, tier, device, params, keep=False) -> tuple[M.Rollout, M.StepResult]:
     """M.rl_step once for test_rl_step's first run and the golden digests (the same call: a fresh model from the
     seed); the repeats still run their own. keep=False hands the result over and forgets it."""
     key = (family, tuple(shape), cell.dtype, cell.seed, cell.tier, str(device), tuple(sorted(params.items())))
-    found = _FIRST_STEPS.pop(key, None) or M.rl_step(family, shape, cell.dtype, cell.seed, device, cell.tier, **params)
+    found = _FIRST_STEPS.pop(key, None) or M.rl_step(family, shape, cell.dtype, cell.seed, device, tier, **params)
     if keep:
         _FIRST_STEPS[key] = found
     return found
 
 
-def _patched(family: str, shape, cell, device, params):
-    return M.patched(family, shape[2], cell.dtype, cell.seed, device, cell.tier, **params)
+def _patched(family: str, shape, cell, tier, device, params):
+    return M.patched(family, shape[2], cell.dtype, cell.seed, device, tier, **params)
 
 
 @pytest.mark.parametrize("sampler", ["greedy", "gumbel"])
-def test_generate_matches_forward(cell, record, shape, family, sampler, params):
+def test_generate_matches_forward(cell, tier, record, shape, family, sampler, params):
     """generate()'s logits at every completion position == a teacher-forced forward's, whether that forward sees
     the batch left padded, right padded, shuffled, or each sequence alone; and == a continuous-batching replay."""
     rollout_dev, train_dev = devices(cell.platform, cell.placement)
     p = M.prompts(shape[0], shape[2], cell.seed)
     seed = None if sampler == "greedy" else cell.seed + 1
-    model = _patched(family, shape, cell, rollout_dev, params)
+    model = _patched(family, shape, cell, tier, rollout_dev, params)
     if params["rollout"] == M.BATCHED:  # params: resolved, the defaults included
-        return _engine_matches_forward(cell, record, shape, family, sampler, params, model, p)
+        return _engine_matches_forward(cell, tier, record, shape, family, sampler, params, model, p)
     r = M.generate(model, p, shape[1], seed, rollout_dev, params["rollout"])
     record.output(f"{_sid(shape, family)}/{sampler}/sequences", r.sequences)
-    trainer = _patched(family, shape, cell, train_dev, params)
+    trainer = _patched(family, shape, cell, tier, train_dev, params)
     views = M.forward_views(trainer, r, p, train_dev)
     views["continuous batching"] = M.continuous_batching(trainer, r, p, train_dev)
     failures = []
@@ -69,7 +69,7 @@ def test_generate_matches_forward(cell, record, shape, family, sampler, params):
     assert not failures, "; ".join(failures)
 
 
-def _engine_matches_forward(cell, record, shape, family, sampler, params, model, p) -> None:
+def _engine_matches_forward(cell, tier, record, shape, family, sampler, params, model, p) -> None:
     """The rollout mode "batched": transformers' continuous batching (model.generate_batch: packed steps, a paged
     cache, chunked prefill) of the prompts, greedy; the engine's log-probability of each chosen token == that of the
     training forward's logit row (paged.engine_logprobs) in every view, bit for bit."""
@@ -83,7 +83,7 @@ def _engine_matches_forward(cell, record, shape, family, sampler, params, model,
     train_dev = devices(cell.platform, cell.placement)[1]
     r = M.engine_rollout(model, p, shape[1])
     record.output(f"{_sid(shape, family)}/batched/sequences", r.sequences)
-    trainer = _patched(family, shape, cell, train_dev, params)
+    trainer = _patched(family, shape, cell, tier, train_dev, params)
     failures = []
     for name, logits in M.forward_views(trainer, r, p, train_dev).items():
         want = paged.engine_logprobs(logits.reshape(-1, logits.shape[-1]), r.completions.reshape(-1))
@@ -94,13 +94,13 @@ def _engine_matches_forward(cell, record, shape, family, sampler, params, model,
     assert not failures, "; ".join(failures)
 
 
-def test_sampling_differs_from_greedy(cell, record, shape, family, params):
+def test_sampling_differs_from_greedy(cell, tier, record, shape, family, params):
     """The Gumbel sampler really samples: the model's next-token distributions are not near one-hot (mean entropy
     >= MIN_ENTROPY nats) and the sampled sequences differ from the greedy ones. A near-greedy model (Qwen2's
     tied embedding at std 1 had 0.007 nats) would make the sampled checks and digests repeat the greedy ones."""
     dev = devices(cell.platform, cell.placement)[0]
     p = M.prompts(shape[0], shape[2], cell.seed)
-    model = _patched(family, shape, cell, dev, params)
+    model = _patched(family, shape, cell, tier, dev, params)
     greedy = M.generate(model, p, shape[1], None, dev)
     sampled = M.generate(model, p, shape[1], cell.seed + 1, dev)
     sid = _sid(shape, family)
@@ -112,11 +112,11 @@ def test_sampling_differs_from_greedy(cell, record, shape, family, params):
     assert not bool(same.all()), f"{sid}: every sampled sequence equals the greedy one"
 
 
-def test_rl_step(cell, record, shape, family, params):
+def test_rl_step(cell, tier, record, shape, family, params):
     """A GRPO step after the rollout: every importance ratio of the first step is exactly 1.0; two runs of two
     steps (each from a fresh model) give the same weights, bit for bit."""
     dev = devices(cell.platform, cell.placement)[1]
-    _, first = _first_rl_step(family, shape, cell, dev, params, keep=True)
+    _, first = _first_rl_step(family, shape, cell, tier, dev, params, keep=True)
     sid = _sid(shape, family)
     failures = []
     d = record.compare(f"{sid} first-step ratios == 1.0", first.ratios, ONE.expand_as(first.ratios))
@@ -127,7 +127,7 @@ def test_rl_step(cell, record, shape, family, params):
     if not d.equal:
         failures.append(f"NaN weights: {d.summary()}")
     for i in range(1, cell.repeats):
-        _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev, cell.tier, **params)
+        _, again = M.rl_step(family, shape, cell.dtype, cell.seed, dev, tier, **params)
         for name in first.weights:
             d = record.compare(f"{sid} repeat {i} weights {name}", again.weights[name], first.weights[name])
             if not d.equal:
@@ -135,11 +135,11 @@ def test_rl_step(cell, record, shape, family, params):
     assert not failures, "; ".join(failures[:5])
 
 
-def test_model_golden_digests(cell, record, shape, family, params):
+def test_model_golden_digests(cell, tier, record, shape, family, params):
     """The exact tier's committed digests of the sampled sequences, the first step's log-probs and the weights
     after two steps: the same on every target."""
     dev = devices(cell.platform, cell.placement)[1]
-    r, step = _first_rl_step(family, shape, cell, dev, params)
+    r, step = _first_rl_step(family, shape, cell, tier, dev, params)
     outputs = M.golden_outputs(r, step)
     keys = {what: golden.key(cell.dtype, shape, cell.seed, f"{family}/{what}", cell.workload) for what in outputs}
     check_committed(cell, record, _sid(shape, family), keys, outputs)
@@ -160,13 +160,13 @@ def test_stock_model_control(cell, record, shape, family, params):
     assert d.total == r.logits.numel()
 
 
-def test_unpatch_restores_stock(cell, record, shape, family, params):
+def test_unpatch_restores_stock(cell, tier, record, shape, family, params):
     """unpatch() gives back the stock model: its forward's bits equal a never-patched model's."""
     dev = devices(cell.platform, cell.placement)[1]
     p = M.prompts(shape[0], shape[2], cell.seed)
     ids, mask = p.ids.to(dev), p.mask.to(dev)
     stock = M.stock(family, shape[2], cell.dtype, cell.seed, dev, **params)
-    restored = hf.unpatch(_patched(family, shape, cell, dev, params))
+    restored = hf.unpatch(_patched(family, shape, cell, tier, dev, params))
     with torch.no_grad():
         want, got = (
             stock(input_ids=ids, attention_mask=mask).logits,

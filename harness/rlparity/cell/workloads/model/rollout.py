@@ -19,6 +19,7 @@ from rl_kernel.integrations import generation
 from rl_kernel.integrations import transformers as hf
 from rl_kernel.models import FAMILIES as FAMILIES  # re-exported: the model workload's families
 from rl_kernel.models import PAD, tiny_config, tiny_weights
+from rl_kernel.tiers import Tier
 from rlparity.cell import mismatch
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
@@ -46,7 +47,7 @@ def stock(family: str, vocab: int, dtype: str, seed: int, device, **params: int)
     return build(family, vocab, dtype, seed, device, **shape).eval()
 
 
-def patched(family: str, vocab: int, dtype: str, seed: int, device, tier: str = "exact", **params: int):
+def patched(family: str, vocab: int, dtype: str, seed: int, device, tier: str | Tier = "exact", **params: int):
     """stock(), patched in the tier."""
     return hf.patch(stock(family, vocab, dtype, seed, device, **params), tier=tier)
 

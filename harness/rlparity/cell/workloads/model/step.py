@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from rl_kernel.tiers import Tier
 from rlparity.cell.workloads.model.rollout import BATCHED, Rollout, generate, patched, prompts
 from rlparity.cell.workloads.model.trainer import StepResult, train
 from rlparity.cell.workloads.model.workload import MODEL_DEFAULTS
 
 
 def rl_step(
-    family: str, shape: tuple[int, int, int], dtype: str, seed: int, device, tier: str = "exact", **params: int | str
+    family: str,
+    shape: tuple[int, int, int],
+    dtype: str,
+    seed: int,
+    device,
+    tier: str | Tier = "exact",
+    **params: int | str,
 ) -> tuple[Rollout, StepResult]:
     """The whole step for one family and shape [batch, new tokens, vocab]: a fresh model patched in the tier, a
     sampled rollout, GRPO steps (params: MODEL_DEFAULTS' keys, the defaults where not given)."""

@@ -99,7 +99,7 @@ def micro_logprobs(model, seqs: list[torch.Tensor], completions: torch.Tensor, d
     new = completions.shape[1]
     ids, mask = padded(seqs, right=True)
     ids, mask = ids.to(device), mask.to(device)
-    tier = hf.tier_of(model)
+    tier = hf.descriptor_of(model)
     if tier is None:
         logits = model(input_ids=ids, attention_mask=mask).logits
         rows = torch.stack([logits[i, len(s) - new - 1 : len(s) - 1] for i, s in enumerate(seqs)])
