@@ -88,3 +88,41 @@ def shim() -> None:
         return cast_impl(self, src, dst_type)
 
     it.InterpreterBuilder.cast_impl = cast
+    patch_once_per_launch(it, tl)
+
+
+def patch_once_per_launch(it, tl) -> None:
+    """Triton's interpreter patches triton.language's builtins for a launch (restored after it) and again at every
+    call of a @triton.jit helper inside it (never restored: a helper's patch of a module the launch did not patch,
+    tl.core for the standard library's helpers, outlives the launch). Each patch walks tl, tl.tensor and tl.math by
+    inspect.getmembers; once a module is patched the walk finds no builtin left and re-sets the rest to equal
+    closures: a third of a window check's time. Here a helper whose modules are patched already (by the running
+    launch, or by an earlier helper's patch that no launch's restore has undone since) runs without the walk."""
+    import inspect
+
+    launch, helper = it.GridExecutor.__call__, it.InterpretedFunction.__call__
+    running: list[frozenset[int]] = []  # the modules each running launch patched
+    kept: set[int] = set()  # the modules helpers patched, not restored since
+
+    def langs(fn) -> frozenset[int]:
+        return frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+
+    def launch_call(self, *args, **kwargs):
+        running.append(langs(self.fn))
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            kept.difference_update(running.pop())  # its restore put those modules' own builtins back
+
+    def helper_call(self, *args, **kwargs):
+        mine = langs(self.fn)
+        if not running or not mine <= running[-1] | kept:
+            kept.update(mine)
+            return helper(self, *args, **kwargs)
+        fn = self.rewrite()  # the rest of the interpreter's own helper call
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise it.InterpreterError(repr(e)) from e
+
+    it.GridExecutor.__call__, it.InterpretedFunction.__call__ = launch_call, helper_call
