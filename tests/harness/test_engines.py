@@ -72,7 +72,18 @@ def site(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("engines")
     src, site = base / "src", base / "site"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site)]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-compile",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(site),
+    ]
     proc = subprocess.run([*pip, str(src)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (site / "rl_engines" / "hf.py").is_file() and list(site.glob("rl_engines-0.1.0.dist-info"))

@@ -67,8 +67,10 @@ UNREACHABLE = re.compile(r"No matching distribution|Could not find a version|New
 
 
 def _pip(venv: Path, *args: str, what: str) -> None:
-    """pip install into the venv: with CI=true any failure fails; elsewhere an unreachable index skips."""
-    proc = _run([str(venv / "bin/python"), "-m", "pip", "install", "-q", *args], cwd=venv)
+    """pip install into the venv: with CI=true any failure fails; elsewhere an unreachable index skips. No byte
+    compiling (--no-compile): torch's thousands of modules took 18 of the 25 s of its install on 2 cores, and a
+    module the run imports is compiled then anyway."""
+    proc = _run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--no-compile", *args], cwd=venv)
     if proc.returncode != 0 and UNREACHABLE.search(proc.stdout + proc.stderr):
         require(what, False, _tail(proc))
     assert proc.returncode == 0, _tail(proc)
