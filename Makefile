@@ -114,7 +114,7 @@ test-hf-lowest: build build/hf-lowest/.stamp
 test-trl-%: build build/trl-%/.stamp
 	RLPARITY_REQUIRE_TRL=1 PYTHONPATH=$(CURDIR)/build/trl-$* $(PY) -m pytest -p no:cacheprovider $(TRL_TESTS)
 
-# The developer's loop (about 90 s on 2 cores): the first fast case of every test function (the `loop` marker,
+# The developer's loop (under 2 minutes on 2 cores): the first fast case of every test function (the `loop` marker,
 # tests/conftest.py), so each family and harness module is tried once; `make test` runs every case.
 test-fast: build
 	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 -m loop tests
