@@ -57,7 +57,7 @@ class HeadTier:
 
     tier: tiers.Tier
     gemms: HeadGemms
-    rows: Any  # Tier.row_ops
+    row_ops: Any  # Tier.row_ops
 
     @classmethod
     def of(cls, tier: str | tiers.Tier | HeadTier) -> HeadTier:
@@ -77,7 +77,7 @@ class Plan:
     """What a call computes, and where: `ranks` are every rank's columns of the vocabulary (one rank, all of
     them, on one device), `me` this rank, `exchange` the all-gather between ranks (one device: none)."""
 
-    tier: str
+    tier: HeadTier = field(compare=False, repr=False)  # the call's tier: its GEMMs and row operators
     vocab_size: int
     chunk: int
     span: int  # columns per call of the walk: a multiple of chunk (HeadGemms.call_elements); no bit depends on it
@@ -87,15 +87,13 @@ class Plan:
     ranks: tuple[Slice, ...]
     me: int = 0
     exchange: rowtree.Exchange = field(default=_single, compare=False)
-    gemms: Any = field(default=None, compare=False, repr=False)  # the tier's HeadGemms (HeadTier: once per call)
-    row_ops: Any = field(default=None, compare=False, repr=False)  # the tier's row operators (Tier.row_ops)
 
     @classmethod
     def of(cls, ht: HeadTier, vocab_size: int, chunk: int, ranks: tuple[Slice, ...], *, temperature: float | None,
            ignore_index: int, entropy: bool, me: int = 0, exchange: rowtree.Exchange = _single) -> Plan:  # fmt: skip
         """A call's plan: the call's tier (its GEMMs and row operators), the walk one chunk per call (_apply)."""
-        return cls(ht.tier.name, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy),
-                   tuple(ranks), me, exchange, ht.gemms, ht.rows)  # fmt: skip
+        return cls(ht, vocab_size, chunk, chunk, temperature, int(ignore_index), bool(entropy), tuple(ranks), me,
+                   exchange)  # fmt: skip
 
     @property
     def rows(self) -> int:
@@ -164,7 +162,7 @@ def _forward_rows(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, to
     """One GEMM over the whole vocabulary per block of rows, then the unfused path's row kernels on the block's
     logits (the entropy from token_logprobs' statistics): `unfused`'s bits by construction, with one pass of the
     GEMM where the walk needs two for the entropy (which wants the row's final statistics before it sums)."""
-    g = plan.gemms
+    g = plan.tier.gemms
     n = h.shape[0]
     logp = torch.empty(n, dtype=torch.float32, device=h.device)
     stats = torch.empty((n, 3), dtype=torch.float32, device=h.device)
@@ -184,38 +182,36 @@ def whole_rows(g: HeadGemms, plan: Plan, h, weight, bias, tokens) -> tuple[torch
     over the vocabulary and the unfused row kernels on its first vocab_size columns."""
     z = _chunk_logits(g, plan, h, weight, bias, plan.ranks[0])
     zv = z[:, : plan.vocab_size]
-    logp, stats = plan.row_ops.token_logprobs(zv, tokens, plan.ignore_index)
+    logp, stats = plan.tier.row_ops.token_logprobs(zv, tokens, plan.ignore_index)
     return z, logp, stats, _entropy_given(plan, zv, stats) if plan.want_entropy else None
 
 
 def _entropy_given(plan: Plan, z: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
     """entropy(z) from the statistics token_logprobs gave for the same rows: the whole row's maximal nodes and
     their join (rowtree), the uncut row's bits without the entropy kernel's own pass for the statistics."""
-    whole, row_ops = plan.ranks[0], plan.row_ops
+    whole, row_ops = plan.ranks[0], plan.tier.row_ops
     return rowtree.join_entropy([rowtree.local_entropy(z, stats, whole, row_ops)], stats, [whole], row_ops)
 
 
 def _forward_walk(plan: Plan, h, weight, bias, tokens) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The vocabulary walk (numerics.md 12.3): every rank's chunks reduced to tree nodes, joined across chunks and
     ranks; the entropy recomputes each chunk's logits once the row's statistics are known."""
-    g = plan.gemms
+    g, row_ops = plan.tier.gemms, plan.tier.row_ops
     chunks = plan.chunks(plan.me)
     nodes, picked = [], torch.zeros(h.shape[0], dtype=torch.float32, device=h.device)
     for s in chunks:
         z = _chunk_logits(g, plan, h, weight, bias, s)
-        nodes.append(rowtree.local_stats(z, s, plan.row_ops))
+        nodes.append(rowtree.local_stats(z, s, row_ops))
         local = (tokens - s.start).clamp(0, s.width - 1)
         picked = torch.where(s.owns(tokens), z.gather(-1, local.unsqueeze(-1)).squeeze(-1).float(), picked)
-    stats = plan.row_ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
+    stats = row_ops.join_stats(*_joined(plan, torch.cat(nodes, dim=-2), -2))
     own = plan.ranks[plan.me]
     mine = torch.where(own.owns(tokens), rowtree.logprob(picked, stats), torch.zeros_like(picked))
     logp = rowtree.join_token_logprobs(plan.exchange(mine.contiguous()), tokens, plan.ranks, plan.ignore_index)
     ent = None
     if plan.want_entropy:
-        parts = [
-            rowtree.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s, plan.row_ops) for s in chunks
-        ]
-        ent = plan.row_ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
+        parts = [rowtree.local_entropy(_chunk_logits(g, plan, h, weight, bias, s), stats, s, row_ops) for s in chunks]
+        ent = row_ops.join_sum(*_with_stats(_joined(plan, torch.cat(parts, dim=-1), -1), stats))
     return logp, stats, ent
 
 
@@ -226,7 +222,7 @@ def _with_stats(joined: tuple, stats: torch.Tensor) -> tuple:
 
 def _backward(plan: Plan, saved, g_logp, g_ent, need: tuple[bool, bool, bool]):
     h, weight, bias, tokens, stats, ent = saved
-    g = plan.gemms
+    g = plan.tier.gemms
     dh = torch.zeros(h.shape, dtype=torch.float32, device=h.device) if need[0] else None
     # dWeight and dBias preallocated, each chunk's rows stored in place: no second copy of them at the end.
     dw = torch.empty_like(weight) if need[1] else None
@@ -267,7 +263,7 @@ def _logit_grad(plan: Plan, s: Slice, z, tokens, stats, ent, g_logp, g_ent) -> t
     """The chunk's logit gradient: each used output's slice backward, summed as autograd sums the two uses of the
     logits (in one pass where the kernel's rounding is torch's add: fp32 and bf16, not fp16)."""
     tok = None if g_logp is None else rowtree.local_tokens(tokens, s, s.width, plan.ignore_index)
-    row_ops = plan.row_ops
+    row_ops = plan.tier.row_ops
     if g_logp is not None and g_ent is not None and z.dtype != torch.float16:
         return row_ops.logprobs_entropy_backward_slice(g_logp, g_ent, z, tok, stats, ent, plan.ignore_index, s.valid)
     d = None if g_logp is None else row_ops.token_logprobs_backward_slice(g_logp, z, tok, stats, plan.ignore_index,
@@ -435,7 +431,7 @@ def _apply(plan: Plan, hidden, weight, tokens, bias, validate: bool):
     lead = hidden.shape[:-1]
     h = hidden.reshape(-1, hidden.shape[-1]).contiguous()
     # The walk's width (read here, in the caller's thread: autograd runs a GPU backward in a thread of its own).
-    span = span_of(plan.gemms, h.shape[0], plan.chunk)
+    span = span_of(plan.tier.gemms, h.shape[0], plan.chunk)
     plan = dataclasses.replace(plan, span=span)
     out = _Head.apply(h, weight.contiguous(), None if bias is None else bias.contiguous(), tokens, plan)
     if plan.want_entropy:

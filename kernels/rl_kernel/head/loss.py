@@ -200,7 +200,7 @@ class _FusedLoss(torch.autograd.Function):
 def _blocks(step: _Step, h, weight, tokens, inputs, need: tuple[bool, bool]):
     """(loss, log-probs, entropy, dHidden or None, dWeight or None): the row blocks' forward and backward."""
     plan = step.plan
-    g = plan.gemms
+    g = plan.tier.gemms
     n = h.shape[0]
     f32 = dict(dtype=torch.float32, device=h.device)
     logp, per_token = torch.empty(n, **f32), None
