@@ -104,6 +104,10 @@ PASSES := test-hf-lowest $(TRL_RANGE:%=test-trl-%)
 # One intra-op thread per test process (unless the caller sets it): pytest-xdist already runs a worker per core, and
 # torch's default of a thread per core in every worker oversubscribes them (6-10% of the wall time of a sample of tests).
 test test-fast $(PASSES): export OMP_NUM_THREADS ?= 1
+# Byte code written as modules are first imported: under PYTHONDONTWRITEBYTECODE (set in some images, this machine's
+# among them) each of the ~400 Python processes a `make test` starts compiled the repository's modules, and pytest
+# rewrote its test modules, all over again (a cell: 330 modules, a tenth of its start).
+run test test-fast $(PASSES): export PYTHONDONTWRITEBYTECODE =
 test: build build/hf-lowest/.stamp $(TRL_RANGE:%=build/trl-%/.stamp)
 	$(PY) -m pytest -n $(JOBS) --maxschedchunk 1 --durations=25 tests
 	@$(MAKE) --no-print-directory -j $(words $(PASSES)) -O $(PASSES)

@@ -26,6 +26,11 @@ CONTROLS = (
     "rank-order",
 )
 
+# The controls whose cells need an env the host prepares (rlparity.cell.controls.control_env): fma-build's library,
+# built on the host. Every other control's env is empty, so the local backend asks the cell side only for these
+# (tests/harness/test_controls.py holds control_env to it), and the docker backend refuses them.
+HOST_BUILT_CONTROLS = ("fma-build",)
+
 CONTROL_VAR = "RLPARITY_CONTROL"  # which negative control a cell runs ("none": rl_kernel itself)
 CONTROL_VAR_DEPRECATED = "RLPARITY_VARIANT"  # the old name, still read for a release
 # A cell process's exit status for each result status: the backends judge it, cellrun returns it.

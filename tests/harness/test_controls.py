@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from rlparity import cli, selftest
+from rlparity.backends.local import LocalBackend
 from rlparity.cell import controls
-from rlparity.cells import control_from_env
+from rlparity.cells import HOST_BUILT_CONTROLS, control_from_env
 
 
 def test_host_and_cell_name_the_same_controls():
@@ -21,6 +22,26 @@ def test_every_control_has_a_logprob_and_a_stats_function():
         assert callable(controls.logprob_fn(name)) and callable(controls.stats_fn(name))
     with pytest.raises(ValueError, match="RLPARITY_CONTROL"):
         controls.logprob_fn("ulp-flop")
+
+
+def test_only_the_host_built_controls_need_an_env_and_the_local_backend_asks_for_no_other(monkeypatch):
+    """The local backend asks the cell side (a process) only for HOST_BUILT_CONTROLS' env: every other control's
+    must be empty, or a cell of it would silently run without what it needs."""
+    assert set(HOST_BUILT_CONTROLS) < set(controls.CONTROLS)
+    for name in controls.CONTROLS:
+        if name not in HOST_BUILT_CONTROLS:
+            assert controls.control_env(name) == {}, name
+    asked = []
+    monkeypatch.setattr("subprocess.run", lambda argv, **kw: asked.append(argv) or _Done('{"X": "1"}'))
+    backend = LocalBackend()
+    assert all(backend.control_env(name) == {} for name in controls.CONTROLS if name not in HOST_BUILT_CONTROLS)
+    assert not asked
+    assert backend.control_env(HOST_BUILT_CONTROLS[0]) == {"X": "1"} and len(asked) == 1
+
+
+class _Done:
+    def __init__(self, stdout: str) -> None:
+        self.returncode, self.stdout, self.stderr = 0, stdout, ""
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 """A patched model under torch.compile (issue 55): its prefill, its training forward and backward, and generate()'s
-compiled decode step are each one graph with no break (fullgraph=True compiles them), in both tiers; the fast tier on
+compiled decode step are each one graph (fullgraph=True compiles them, so no break), in both tiers; the fast tier on
 the CPU through Triton's interpreter (a subprocess), on a GPU directly. The negative controls: an op made untraceable
 (a tier's operator that opens a file, as the fast tier's config lookup did under the group launch: issue 55's
-regression, a graph and a recompile per decoder layer) is counted as a break and refused under fullgraph=True.
+regression, a graph and a recompile per decoder layer) is refused under fullgraph=True and counted as a break.
 
 Compiles per model stay bounded in a process shared with other models (stock compiled first, then the tier's, then a
 second patched model of the same class, three prompt shapes each): at most 2 graphs each (one static, one dynamic),
@@ -91,25 +91,34 @@ def restore(model) -> None:
         del layers._real_silu_mul
 
 
+def compiled_whole(call, model, device: str) -> tuple[int, int] | str:
+    """(graphs, breaks) of call compiled with fullgraph=True, or why the compile refused it."""
+    try:
+        return graphs_and_breaks(lambda: call(model, device, fullgraph=True))
+    except Exception as exc:  # dynamo's Unsupported, wrapped by the compile as it sees fit
+        return f"refused: {str(exc)[:300]}"
+
+
 def graph_checks(tier: str, device: str) -> dict[str, bool]:
-    """{check: held} of every call in `tier` on `device`, and of the untraceable control."""
+    """{check: held} of every call in `tier` on `device` and of the untraceable control. Each call is compiled once,
+    with fullgraph=True: that it compiles proves no break (a break is refused), and its count of graphs (1) proves
+    no recompile; without fullgraph, dynamo traces the same graph. The controls: fullgraph=True refuses the
+    untraceable op in every call; and without fullgraph the decode step counts it as a break, the counter that
+    test_compiles_per_model_stay_bounded_in_a_shared_process reads (a break in each layer is the dearest compile
+    here: once is enough to show the counter sees one)."""
     model = models.tiny_model("qwen3", VOCAB, tier=tier, dtype="bf16", device=device)
     res = {}
     for name, call in CALLS.items():
-        found = graphs_and_breaks(lambda call=call: call(model, device))
-        res[f"{tier} {name}: one graph, no break {found}"] = found == (1, 0)
-        graphs_and_breaks(lambda call=call: call(model, device, fullgraph=True))
-        res[f"{tier} {name}: fullgraph=True compiles"] = True
+        found = compiled_whole(call, model, device)
+        res[f"{tier} {name}: one graph under fullgraph=True {found}"] = found == (1, 0)
     untraceable(model)
     try:
         for name, call in CALLS.items():
-            graphs, breaks = graphs_and_breaks(lambda call=call: call(model, device))
-            res[f"control {tier} {name}: the untraceable op is a break ({graphs}, {breaks})"] = breaks > 0
-            try:
-                graphs_and_breaks(lambda call=call: call(model, device, fullgraph=True))
-                res[f"control {tier} {name}: fullgraph=True refuses it"] = False
-            except Exception as exc:  # dynamo's Unsupported, wrapped by the compile as it sees fit
-                res[f"control {tier} {name}: fullgraph=True refuses it"] = "open" in str(exc)
+            found = compiled_whole(call, model, device)
+            refused = isinstance(found, str) and "open" in found
+            res[f"control {tier} {name}: fullgraph=True refuses it{'' if refused else f' ({found})'}"] = refused
+        graphs, breaks = graphs_and_breaks(lambda: decode(model, device))
+        res[f"control {tier} decode step: the untraceable op is a break ({graphs}, {breaks})"] = breaks > 0
     finally:
         restore(model)
     return res
@@ -118,19 +127,19 @@ def graph_checks(tier: str, device: str) -> dict[str, bool]:
 @pytest.mark.slow
 def test_the_exact_tier_compiles_as_one_graph() -> None:
     found = graph_checks("exact", "cpu")
-    assert len(found) == 12 and not failed(found), failed(found)
+    assert len(found) == 7 and not failed(found), failed(found)
 
 
 @pytest.mark.slow
 def test_the_fast_tier_compiles_as_one_graph_in_the_interpreter() -> None:
     found = interpret(__file__, "fast")
-    assert len(found) == 12 and not failed(found), failed(found)
+    assert len(found) == 7 and not failed(found), failed(found)
 
 
 @pytest.mark.gpu
 def test_the_fast_tier_compiles_as_one_graph_on_the_gpu() -> None:
     found = graph_checks("fast", "cuda")
-    assert len(found) == 12 and not failed(found), failed(found)
+    assert len(found) == 7 and not failed(found), failed(found)
 
 
 # ---- compiles per model, and every CompileConfig's bits (inductor, the exact tier on the CPU) ------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rlparity import results
 from rlparity.backends.base import VISIBILITY, Backend, Running, cell_command, cell_env, judge, prepare_cell_dir
-from rlparity.cells import Cell
+from rlparity.cells import HOST_BUILT_CONTROLS, Cell
 from rlparity.config import ConfigError, EnvError, import_extra
 from rlparity.images import Image, load_images, project_tag, require_pinned
 from rlparity.inventory import Inventory
@@ -30,7 +30,6 @@ ROCM_DEVICES = ("/dev/kfd", "/dev/dri")
 LABEL = "org.rlparity.cell"  # on every cell container: `docker ps -a --filter label=org.rlparity.cell`
 OUT_LABEL = "org.rlparity.out"  # the host dir the cell's results go to: which run a container belongs to
 # Controls whose env names a file built on the host: it does not exist inside the image.
-HOST_BUILT_CONTROLS = ("fma-build",)
 
 
 def rocm_host() -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rlparity import results
 from rlparity.backends.base import Backend, Running, cell_command, cell_env, clean_env, judge, prepare_cell_dir
-from rlparity.cells import Cell
+from rlparity.cells import HOST_BUILT_CONTROLS, Cell
 from rlparity.inventory import Inventory
 
 
@@ -45,8 +45,9 @@ class LocalBackend(Backend):
         return Inventory.from_dict(json.loads(proc.stdout))
 
     def control_env(self, control: str, gpu: bool = False) -> dict[str, str]:
-        """Built here, on the host, where the cells run (fma-build: the library, cached)."""
-        if control == "none":
+        """Built here, on the host, where the cells run (fma-build: the library, cached); the other controls need
+        none (a process that imports torch for nothing, each)."""
+        if control not in HOST_BUILT_CONTROLS:
             return {}
         argv = [self.python, "-m", "rlparity.cell.controls", "env", control, *(["--gpu"] if gpu else [])]
         proc = subprocess.run(argv, capture_output=True, text=True)

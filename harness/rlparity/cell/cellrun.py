@@ -23,6 +23,7 @@ from rlparity.cell.suite.plugin import SuitePlugin
 from rlparity.cells import EXIT_CODES, Cell, control_from_env
 
 SUITE_DIR = Path(__file__).parent / "suite"  # pytest.ini and the rootdir of every suite
+AUTOLOAD_OFF = "PYTEST_DISABLE_PLUGIN_AUTOLOAD"  # every pytest reads it (the flag of that name came in 8.4)
 
 
 class _Outcomes:
@@ -56,7 +57,7 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
     except workloads.WorkloadError as exc:  # the host checks keys before a run; a cell run by hand may not
         return _errored(cell, str(exc), fp, fp_hash, control)
     plugin, outcomes = SuitePlugin(cell, control, params), _Outcomes()
-    code = pytest.main(
+    code = _run_suite(
         [
             *(str(p) for p in workload.suite),
             "-c",
@@ -68,7 +69,7 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
             "-o",
             f"junit_suite_name={cell.id}",
         ],
-        plugins=[plugin, outcomes],
+        [plugin, outcomes],
     )
     rec = plugin.recorder
     comparisons = [c.to_dict() for c in rec.comparisons]
@@ -98,6 +99,20 @@ def run_cell(cell: Cell, out: Path, control: str = "none") -> results.CellResult
         started=started,
         finished=results.now(),
     )
+
+
+def _run_suite(args: list[str], plugins: list) -> int | pytest.ExitCode:
+    """pytest.main with the suite's plugins and none that the image's packages register by entry point: a plugin
+    installed beside torch (anyio's, xdist's) must not change how the suite runs, nor cost each cell its import."""
+    before = os.environ.get(AUTOLOAD_OFF)
+    os.environ[AUTOLOAD_OFF] = "1"
+    try:
+        return pytest.main(args, plugins=plugins)
+    finally:
+        if before is None:
+            del os.environ[AUTOLOAD_OFF]
+        else:
+            os.environ[AUTOLOAD_OFF] = before
 
 
 def _errored(cell: Cell, why: str, fp: dict, fp_hash: str, control: str) -> results.CellResult:

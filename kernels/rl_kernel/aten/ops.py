@@ -6,14 +6,33 @@ index_add one add at a time in source order. rl_kernel.aten.mode registers them 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
 
 from rl_kernel._validate import clamped_groups
-from rl_kernel.aten import segments as mode_segments
-from rl_kernel.aten import tree as mode_tree
 from rl_kernel.exact.common.tree import tree_adds
+from rl_kernel.triton_tier import interpreting
+
+
+# The Triton kernels of this module's references are imported where one can take the tensor (a GPU tensor, or any
+# under Triton's interpreter), not above: Triton's import is 0.17 s of the start of every process that imports
+# rl_kernel, most of which never launch a kernel. (An import statement, not importlib: dynamo traces it.)
+def _mode_segments(out: torch.Tensor, dim: int) -> ModuleType | None:
+    if not (out.is_cuda or interpreting()):
+        return None
+    from rl_kernel.aten import segments
+
+    return segments if segments.available(out, dim) else None
+
+
+def _mode_tree(x: torch.Tensor) -> ModuleType | None:
+    if not (x.is_cuda or interpreting()):
+        return None
+    from rl_kernel.aten import tree
+
+    return tree if tree.available(x) else None
 
 
 class ModeError(ValueError):
@@ -45,11 +64,12 @@ def index_add_(out: torch.Tensor, dim: int, index: torch.Tensor, source: torch.T
     if index.numel() == 0:
         return out
     src = (source if alpha == 1 else source * alpha).to(out.dtype)
-    if mode_segments.available(out, dim):
+    segments = _mode_segments(out, dim)
+    if segments is not None:
         problem = _OUTSIDE.format(rows=out.shape[0])
         fresh = checks is None
         flag = torch.zeros(1, dtype=torch.int32, device=out.device) if fresh else checks.flag(out.device, problem)
-        mode_segments.index_add_(out, index, src, flag)
+        segments.index_add_(out, index, src, flag)
         if fresh and flag.item():  # a host read, where no mode defers the check
             raise ModeError(f"rl_kernel.mode: {problem}")
         return out
@@ -176,16 +196,17 @@ def tree_sum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     n = x.shape[0] if first else x.shape[-1]
     if n == 0:
         return x.new_zeros(x.shape[1:] if first else x.shape[:-1])
-    if x.dtype == torch.float32 and mode_tree.available(x):  # the same tree in a few launches (a GPU)
-        return mode_tree.tree_sum(x, first)
+    kernels = _mode_tree(x) if x.dtype == torch.float32 else None
+    if kernels is not None:  # the same tree in a few launches (a GPU)
+        return kernels.tree_sum(x, first)
     return tree_adds(x, first)
 
 
 def _tree(rows: torch.Tensor, dim: int) -> torch.Tensor:
     """tree_sum of rows in the accumulating type, or mode_tree's kernel of bf16 / fp16 rows (reduce leaves them
     unwidened only where the kernel reads them: it widens as it reads)."""
-    if rows.dtype in (torch.bfloat16, torch.float16):
-        return mode_tree.tree_sum(rows, dim == 0 and rows.dim() > 1)
+    if rows.dtype in (torch.bfloat16, torch.float16):  # reduce kept them so: _mode_tree took them
+        return _mode_tree(rows).tree_sum(rows, dim == 0 and rows.dim() > 1)
     return tree_sum(rows, dim)
 
 
@@ -203,7 +224,7 @@ def reduce(x: torch.Tensor, dim, keepdim: bool, dtype, mean: bool) -> torch.Tens
     dims = sorted({d % max(x.dim(), 1) for d in dim}) if dim else list(range(x.dim()))
     kept = [d for d in range(x.dim()) if d not in dims]
     # the kernel reads bf16 / fp16 as fp32 itself (exactly): no widened copy
-    x = x if acc == torch.float32 and mode_tree.available(x) and x.numel() else x.to(acc)
+    x = x if acc == torch.float32 and x.numel() and _mode_tree(x) is not None else x.to(acc)
     if kept and dims == list(range(len(dims))):  # the leading dims (a weight's gradient over the tokens): no transpose
         rows = x.reshape(-1, *[x.shape[d] for d in kept])
         out, count = _tree(rows, 0), rows.shape[0]

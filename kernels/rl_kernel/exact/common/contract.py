@@ -343,21 +343,22 @@ EMPTY_M = -FLT_MAX  # "the empty node: (-FLT_MAX, 0) for statistics, 0 for sums"
 
 
 def _padded(a: np.ndarray, fill) -> np.ndarray:
-    """a padded to the next power of two with fill (the empty node)."""
-    n = 1 << max(0, a.shape[0] - 1).bit_length()
-    out = np.full(n, fill, dtype=F32)
-    out[: a.shape[0]] = a
+    """a padded along its last axis to the next power of two with fill (the empty node)."""
+    n = 1 << max(0, a.shape[-1] - 1).bit_length()
+    out = np.full((*a.shape[:-1], n), fill, dtype=F32)
+    out[..., : a.shape[-1]] = a
     return out
 
 
 @_quiet
 def tree_stats(m, s) -> tuple[np.ndarray, np.ndarray]:
     """ "One perfect binary tree over the chunk index: node (L, i) = join(node (L-1, 2i), node (L-1, 2i+1));
-    chunks past the row's end are the empty node." Leaves in, root out, one level at a time."""
+    chunks past the row's end are the empty node." Leaves in, root out, one level at a time, over the last axis
+    (one row's leaves, or rows of them at once: the same joins, elementwise)."""
     m, s = _padded(_f32(m), EMPTY_M), _padded(_f32(s), ZERO)
-    while m.shape[0] > 1:
-        m, s = combine(m[0::2], s[0::2], m[1::2], s[1::2])
-    return m[0], s[0]
+    while m.shape[-1] > 1:
+        m, s = combine(m[..., 0::2], s[..., 0::2], m[..., 1::2], s[..., 1::2])
+    return m[..., 0][()], s[..., 0][()]
 
 
 @_quiet
