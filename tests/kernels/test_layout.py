@@ -149,6 +149,22 @@ def test_submodules_need_no_import_of_their_own() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_finding_the_tiers_imports_no_triton_until_a_kernel_is_asked_for() -> None:
+    """Every harness process finds the tiers (the probe, each cell): Triton and the fast tier's kernels cost it a
+    quarter of a second, so they are imported on first use; the mode's CPU sums import no Triton kernel either. The
+    control: asking for the fast linear imports them."""
+    code = (
+        "import sys, torch, rl_kernel; from rl_kernel import tiers; tiers.tiers(); "
+        "from rl_kernel.aten import ops; x = torch.ones(64, 8); ops.tree_sum(x); "
+        "ops.index_add(x, 0, torch.tensor([1]), x[:1]); "
+        "print(sorted(m for m in ('triton', 'rl_kernel.fast.ops', 'rl_kernel.aten.tree') if m in sys.modules)); "
+        "tiers.get('fast').op('linear'); print(sorted(m for m in ('triton', 'rl_kernel.fast.ops') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "['rl_kernel.fast.ops', 'triton']"], proc.stdout
+
+
 def _bare_torch_checks(text: str) -> list[int]:
     """Lines that call TORCH_CHECK( directly (comments aside)."""
     return [n for n, line in enumerate(text.splitlines(), 1) if "TORCH_CHECK(" in line.split("//")[0]]
