@@ -165,6 +165,18 @@ def test_finding_the_tiers_imports_no_triton_until_a_kernel_is_asked_for() -> No
     assert proc.stdout.split("\n")[:2] == ["[]", "['rl_kernel.fast.ops', 'triton']"], proc.stdout
 
 
+def test_the_fast_packages_lazy_names_are_fast_ops_public_names() -> None:
+    """rl_kernel.fast lists the names it serves from fast.ops on first use (it cannot read fast.ops' list without
+    importing it): the two lists are one, each name resolves there, and an unknown one is an AttributeError."""
+    from rl_kernel import fast
+    from rl_kernel.fast import ops
+
+    assert sorted(fast._OPS) == sorted(ops.__all__) and set(fast.OPERATORS) <= set(fast._OPS)
+    assert all(getattr(fast, name) is getattr(ops, name) for name in fast._OPS)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        fast.nope  # noqa: B018
+
+
 def _bare_torch_checks(text: str) -> list[int]:
     """Lines that call TORCH_CHECK( directly (comments aside)."""
     return [n for n, line in enumerate(text.splitlines(), 1) if "TORCH_CHECK(" in line.split("//")[0]]
